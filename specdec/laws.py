@@ -1,0 +1,403 @@
+"""Probability vectors over a finite vocabulary: validation, distances, sampling laws.
+
+Every other module of :mod:`specdec` receives the target law ``p`` and the draft law
+``q`` as 1-D arrays of probabilities, one entry per token id. This module is the single
+place where such vectors are checked, so that bad input fails loudly with a message that
+names the argument and the rule it broke, instead of producing a silently wrong law.
+
+It also turns logits into the law a decoder actually samples from (mask, temperature,
+top-k, top-p), because speculative sampling is exact only when the acceptance ratio is
+computed on those *processed* laws.
+
+References
+----------
+.. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
+   Speculative Decoding", ICML 2023 (PMLR 202), Sec. 2-3 and App. A.1.
+.. [2] C. Chen, S. Borgeaud, G. Irving, J.-B. Lespiau, L. Sifre, J. Jumper,
+   "Accelerating Large Language Model Decoding with Speculative Sampling",
+   arXiv:2302.01318, 2023.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "LawError",
+    "check_law",
+    "check_pair",
+    "check_int",
+    "tv_distance",
+    "softmax",
+    "sampling_law",
+]
+
+#: Default absolute tolerance on ``sum(p) == 1``.
+ATOL = 1e-9
+
+
+class LawError(ValueError):
+    """A probability vector (or a parameter of one) breaks a rule.
+
+    Subclass of :class:`ValueError`; the message always starts with the name of the
+    offending argument, e.g. ``"q: probabilities must sum to 1 (sum = 0.9)"``.
+    """
+
+
+def _as_vector(x, name: str, *, what: str = "probability vector") -> np.ndarray:
+    """Float64 1-D copy of ``x`` or a :class:`LawError` naming ``name``."""
+    try:
+        arr = np.array(x, dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise LawError(f"{name}: must be a 1-D array of real numbers ({exc})") from None
+    if arr.ndim != 1:
+        raise LawError(f"{name}: must be a 1-D {what} (got ndim {arr.ndim}, shape {arr.shape})")
+    if arr.size == 0:
+        raise LawError(f"{name}: must not be empty (vocabulary size 0)")
+    return arr
+
+
+def check_law(p, name: str = "p", *, atol: float = ATOL) -> np.ndarray:
+    """Validate a probability vector and return a float64 copy of it.
+
+    Parameters
+    ----------
+    p : array_like, shape (V,)
+        Probabilities, one per token id.
+    name : str
+        Name used in error messages (``"p"``, ``"q"``, ``"law"``...).
+    atol : float
+        Absolute tolerance on ``sum(p) == 1``. The values are returned as given (not
+        renormalised), so exact inputs stay exact.
+
+    Returns
+    -------
+    numpy.ndarray, shape (V,), float64
+        A validated copy; modifying it does not modify ``p``.
+
+    Raises
+    ------
+    LawError
+        If ``p`` is not 1-D, is empty, contains NaN or infinity, has a negative entry,
+        or does not sum to 1 within ``atol``. The message names ``name`` and the rule.
+
+    Examples
+    --------
+    >>> check_law([0.5, 0.3, 0.2])
+    array([0.5, 0.3, 0.2])
+    >>> check_law([0.5, 0.4], name="q")
+    Traceback (most recent call last):
+    ...
+    specdec.laws.LawError: q: probabilities must sum to 1 within atol=1e-09 (sum = 0.9)
+    """
+    arr = _as_vector(p, name)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise LawError(f"{name}: entries must be finite (found {arr[i]} at index {i})")
+    if (arr < 0).any():
+        i = int(np.argmin(arr))
+        raise LawError(f"{name}: entries must be non-negative (found {arr[i]:.6g} at index {i})")
+    total = float(arr.sum())
+    if not abs(total - 1.0) <= atol:
+        raise LawError(f"{name}: probabilities must sum to 1 within atol={atol:g} (sum = {total:.12g})")
+    return arr
+
+
+def check_pair(p, q, names: tuple[str, str] = ("p", "q"), *, atol: float = ATOL) -> tuple[np.ndarray, np.ndarray]:
+    """Validate two laws over the same vocabulary.
+
+    Parameters
+    ----------
+    p, q : array_like, shape (V,)
+        Probability vectors (target and draft, usually).
+    names : tuple of str
+        Names used in error messages.
+    atol : float
+        Tolerance on each sum, see :func:`check_law`.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Validated float64 copies, both of shape (V,).
+
+    Raises
+    ------
+    LawError
+        If either vector is invalid (see :func:`check_law`), or if the vocabulary sizes
+        differ: ``"q: vocabulary size 4 does not match p (3)"``. Token ids must denote the
+        same event under both models; a size mismatch is the visible symptom of a
+        tokenizer mismatch, and is never padded or truncated silently.
+
+    Examples
+    --------
+    >>> p, q = check_pair([0.5, 0.3, 0.2], [0.2, 0.5, 0.3])
+    >>> p.shape == q.shape
+    True
+    """
+    a = check_law(p, names[0], atol=atol)
+    b = check_law(q, names[1], atol=atol)
+    if a.shape != b.shape:
+        raise LawError(
+            f"{names[1]}: vocabulary size {b.size} does not match {names[0]} ({a.size})"
+        )
+    return a, b
+
+
+def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None = None) -> int:
+    """Validate an integer parameter (draft length gamma, trials, seed, top-k...).
+
+    Parameters
+    ----------
+    value : int
+        The value to check. Python and numpy integers are accepted, and so are floats
+        with an integral value (``2e5``); booleans, fractions, NaN and strings are not.
+    name : str
+        Name used in error messages.
+    minimum, maximum : int or None
+        Inclusive bounds; ``None`` means unbounded.
+
+    Returns
+    -------
+    int
+        ``value`` as a Python ``int``.
+
+    Raises
+    ------
+    LawError
+        ``"gamma: must be an integer >= 1 (got 0)"`` and similar.
+
+    Examples
+    --------
+    >>> check_int(5, "gamma")
+    5
+    >>> check_int(0, "gamma")
+    Traceback (most recent call last):
+    ...
+    specdec.laws.LawError: gamma: must be an integer >= 1 (got 0)
+    """
+    if minimum is not None and maximum is not None:
+        rule = f"an integer in [{minimum}, {maximum}]"
+    elif minimum is not None:
+        rule = f"an integer >= {minimum}"
+    elif maximum is not None:
+        rule = f"an integer <= {maximum}"
+    else:
+        rule = "an integer"
+    if isinstance(value, (bool, np.bool_)):
+        raise LawError(f"{name}: must be {rule} (got {value!r})")
+    if isinstance(value, numbers.Integral):
+        out = int(value)
+    elif isinstance(value, numbers.Real) and np.isfinite(value) and float(value).is_integer():
+        out = int(value)
+    else:
+        raise LawError(f"{name}: must be {rule} (got {value!r})")
+    if (minimum is not None and out < minimum) or (maximum is not None and out > maximum):
+        raise LawError(f"{name}: must be {rule} (got {out})")
+    return out
+
+
+def tv_distance(p, q) -> float:
+    """Total variation distance between two laws on the same vocabulary.
+
+    ``TV(p, q) = 0.5 * sum_x |p(x) - q(x)| = max_S |p(S) - q(S)|``: the largest
+    disagreement in probability over any set of tokens S (attained at S = {p > q}).
+
+    Parameters
+    ----------
+    p, q : array_like, shape (V,)
+        Probability vectors.
+
+    Returns
+    -------
+    float
+        Distance in [0, 1] (probability).
+
+    Raises
+    ------
+    LawError
+        If either argument is not a valid law or the sizes differ.
+
+    References
+    ----------
+    Leviathan et al. (2023), Sec. 3 (the acceptance rate is ``1 - TV(p, q)``).
+
+    Examples
+    --------
+    >>> round(tv_distance([0.5, 0.3, 0.2], [0.35, 0.39, 0.26]), 12)
+    0.15
+    """
+    a, b = check_pair(p, q)
+    return float(0.5 * np.abs(a - b).sum())
+
+
+def _check_logits(logits, name: str = "logits") -> np.ndarray:
+    arr = _as_vector(logits, name, what="logit vector")
+    if np.isnan(arr).any() or (arr == np.inf).any():
+        i = int(np.flatnonzero(np.isnan(arr) | (arr == np.inf))[0])
+        raise LawError(f"{name}: entries must be finite or -inf (found {arr[i]} at index {i})")
+    if not np.isfinite(arr).any():
+        raise LawError(f"{name}: at least one entry must be finite (all are -inf)")
+    return arr
+
+
+def _check_temperature(temperature, *, allow_zero: bool) -> float:
+    try:
+        t = float(temperature)
+    except (TypeError, ValueError):
+        raise LawError(f"temperature: must be a real number (got {temperature!r})") from None
+    if not np.isfinite(t) or t < 0 or (t == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise LawError(f"temperature: must be finite and {bound} (got {temperature!r})")
+    return t
+
+
+def softmax(logits, temperature: float = 1.0) -> np.ndarray:
+    """Softmax of logits divided by a temperature.
+
+    Parameters
+    ----------
+    logits : array_like, shape (V,)
+        Real scores; ``-inf`` marks a token with probability 0.
+    temperature : float
+        Strictly positive. For the greedy limit (temperature 0) use
+        :func:`sampling_law`.
+
+    Returns
+    -------
+    numpy.ndarray, shape (V,)
+        ``exp(logits / T) / sum exp(logits / T)``, computed stably (max subtracted).
+
+    Raises
+    ------
+    LawError
+        If ``logits`` contains NaN or ``+inf``, is all ``-inf``, is not 1-D or empty, or if
+        ``temperature`` is not finite and > 0.
+
+    Examples
+    --------
+    >>> softmax([0.0, 0.0]).tolist()
+    [0.5, 0.5]
+    >>> softmax([0.0, float("-inf")]).tolist()
+    [1.0, 0.0]
+    """
+    z = _check_logits(logits)
+    t = _check_temperature(temperature, allow_zero=False)
+    z = z / t
+    z -= z[np.isfinite(z)].max()
+    w = np.exp(z)
+    return w / w.sum()
+
+
+def _stable_descending_order(values: np.ndarray) -> np.ndarray:
+    """Indices sorting ``values`` descending; ties keep the lower token id first."""
+    return np.lexsort((np.arange(values.size), -values))
+
+
+def sampling_law(logits, *, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, mask=None) -> np.ndarray:
+    """The law a decoder really samples from, given logits and sampling settings.
+
+    Steps, in this order (the order of common decoders' logits processors):
+
+    1. ``mask``: disallowed tokens get logit ``-inf``.
+    2. temperature: logits are divided by ``temperature``. Temperature 0 is greedy
+       decoding: the result is the one-hot law on the arg-max token, and top-k/top-p
+       have nothing left to remove.
+    3. top-k: keep the ``top_k`` largest logits.
+    4. top-p (nucleus): on the law renormalised after top-k, keep the smallest set of
+       most probable tokens whose mass reaches ``top_p``.
+    5. renormalise.
+
+    Ties are resolved deterministically in favour of the **lower token id**: the greedy
+    token is the first arg-max; top-k keeps exactly ``top_k`` tokens, preferring lower
+    ids among equal logits; top-p scans tokens by decreasing probability, lower id first
+    among equals, and keeps a token while the mass of the tokens kept before it is below
+    ``top_p`` (a tolerance of 1e-12 absorbs rounding of the cumulative sum), so the set is
+    the shortest such prefix in that order and always contains at least one token.
+
+    Parameters
+    ----------
+    logits : array_like, shape (V,)
+        Real scores; ``-inf`` allowed (probability 0).
+    temperature : float
+        ``>= 0``; 0 means greedy.
+    top_k : int or None
+        Number of tokens kept, in ``[1, V]``; ``None`` keeps all.
+    top_p : float or None
+        Nucleus mass in ``(0, 1]``; ``None`` (or 1) keeps all.
+    mask : array_like of bool, shape (V,), or None
+        ``True`` where the token is allowed.
+
+    Returns
+    -------
+    numpy.ndarray, shape (V,)
+        A probability vector (zeros on removed tokens).
+
+    Raises
+    ------
+    LawError
+        Invalid logits, temperature < 0, ``top_k`` outside ``[1, V]``, ``top_p`` outside
+        ``(0, 1]``, a mask of the wrong shape, or a mask that removes every token with
+        finite logit.
+
+    References
+    ----------
+    Leviathan et al. (2023), Sec. 2.3 ("speculative sampling" applies to any sampling
+    method that yields a distribution, e.g. argmax, top-k, nucleus, temperature).
+
+    Examples
+    --------
+    >>> sampling_law([2.0, 1.0, 1.0], temperature=0).tolist()
+    [1.0, 0.0, 0.0]
+    >>> sampling_law([1.0, 1.0, 0.0], top_k=1).tolist()
+    [1.0, 0.0, 0.0]
+    >>> law = sampling_law([0.0, 0.0, 0.0, 0.0], top_p=0.5)
+    >>> law.tolist()
+    [0.5, 0.5, 0.0, 0.0]
+    """
+    z = _check_logits(logits)
+    v = z.size
+    t = _check_temperature(temperature, allow_zero=True)
+    if mask is not None:
+        m = np.asarray(mask)
+        if m.shape != (v,):
+            raise LawError(f"mask: must have shape ({v},) like logits (got {m.shape})")
+        if m.dtype != np.bool_:
+            raise LawError(f"mask: must be boolean, True = allowed (got dtype {m.dtype})")
+        z = np.where(m, z, -np.inf)
+        if not np.isfinite(z).any():
+            raise LawError("mask: removes every token with a finite logit (nothing left to sample)")
+    if top_k is not None:
+        top_k = check_int(top_k, "top_k", minimum=1, maximum=v)
+    if top_p is not None:
+        try:
+            tp = float(top_p)
+        except (TypeError, ValueError):
+            raise LawError(f"top_p: must be a real number in (0, 1] (got {top_p!r})") from None
+        if not (0.0 < tp <= 1.0):
+            raise LawError(f"top_p: must be in (0, 1] (got {top_p!r})")
+        top_p = tp
+
+    if t == 0.0:
+        out = np.zeros(v)
+        out[int(np.argmax(z))] = 1.0  # first arg-max: lowest token id among ties
+        return out
+
+    z = z / t
+    if top_k is not None and top_k < v:
+        order = _stable_descending_order(z)
+        z = z.copy()
+        z[order[top_k:]] = -np.inf
+    law = np.exp(z - z[np.isfinite(z)].max())
+    law /= law.sum()
+    if top_p is not None and top_p < 1.0:
+        order = _stable_descending_order(law)
+        before = np.concatenate(([0.0], np.cumsum(law[order])[:-1]))
+        keep = before < top_p - 1e-12
+        keep[0] = True
+        law[order[~keep]] = 0.0
+        law /= law.sum()
+    return law
