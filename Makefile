@@ -1,0 +1,44 @@
+# specdec-book. `make book` builds the book, `make test` runs the tests; both create the
+# virtual environment .venv/ on first use. See README.md.
+
+SEED ?= 2026
+TRIALS ?= 200000
+export SEED TRIALS
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: book test bench params clean
+
+# Execute the notebooks whose inputs changed (papermill, parameters SEED and TRIALS) and
+# render _build/html; prints a timing table and the page to open.
+book: params $(STAMP)
+	@$(PY) tools/build.py --seed "$$SEED" --trials "$$TRIALS"
+
+# Run the whole test suite (library, notebooks pipeline, end-to-end build).
+test: $(STAMP)
+	$(PY) -m pytest
+
+# Run benchmarks/*.py, then time a clean build and an unchanged rebuild.
+bench: params $(STAMP)
+	@$(PY) tools/bench.py --seed "$$SEED" --trials "$$TRIALS"
+
+# Refuse invalid SEED/TRIALS before anything is installed or executed.
+params:
+	@$(PYTHON) tools/build.py --check-params --seed "$$SEED" --trials "$$TRIALS"
+
+# Create .venv and install the project with its book and test extras; redone only when
+# pyproject.toml changes. pip's output is kept in .venv/pip.log and shown on failure.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: Python 3.11+ required ($(PYTHON) is older)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing the project into $(VENV) (pip, log in $(VENV)/pip.log)..."
+	@$(PY) -m pip install -qq -e '.[book,test]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@$(PY) -m ipykernel install --sys-prefix --name python3 > /dev/null
+	@touch $@
+
+# Remove generated files: rendered book, executed notebooks, execution cache.
+clean:
+	rm -rf _build .cache book/chapters

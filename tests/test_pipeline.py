@@ -1,0 +1,427 @@
+"""The build pipeline: parameters, fingerprints, incremental execution, failure behaviour,
+Sphinx warnings as errors, and an end-to-end build of the real book.
+
+Fast tests check the pieces of ``tools/build.py`` directly. Tests marked ``slow`` execute
+tiny fixture notebooks (``tests/fixtures``) in a throw-away book, or build the whole book
+in a temporary copy of the repository; they reuse the current virtual environment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+BUILD = REPO / "tools" / "build.py"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load("specdec_build_tool", BUILD)
+snapshot = _load("specdec_snapshot_tool", REPO / "tools" / "snapshot.py")
+
+
+# --------------------------------------------------------------------------- helpers
+
+TOC_TEMPLATE = """format: jb-book
+root: book/intro
+parts:
+  - caption: Chapters
+    numbered: true
+    chapters:
+{entries}"""
+
+
+def write_toc(root: Path, names: list[str]) -> None:
+    entries = "".join(f"      - file: book/chapters/{n}\n" for n in names)
+    (root / "_toc.yml").write_text(TOC_TEMPLATE.format(entries=entries))
+
+
+def make_fixture_book(root: Path, names: list[str]) -> Path:
+    """A tiny book: the real _config.yml and bibliography, fixture notebooks and intro."""
+    (root / "book").mkdir(parents=True)
+    (root / "notebooks").mkdir()
+    (root / "specdec").mkdir()
+    (root / "specdec" / "fixture_lib.py").write_text("VALUE = 1\n")
+    shutil.copy(REPO / "_config.yml", root / "_config.yml")
+    shutil.copy(REPO / "book" / "references.bib", root / "book" / "references.bib")
+    shutil.copy(FIXTURES / "intro.md", root / "book" / "intro.md")
+    for name in names:
+        shutil.copy(FIXTURES / f"{name}.md", root / "notebooks" / f"{name}.md")
+    write_toc(root, names)
+    return root
+
+
+def run_build(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run the build tool on ``root`` with this interpreter (the project's venv)."""
+    return subprocess.run(
+        [sys.executable, str(BUILD), "--root", str(root), *args],
+        capture_output=True, text=True, cwd=root,
+    )
+
+
+def statuses(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    """notebook -> executed/cached/FAILED, read from the timing table."""
+    table = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^(.+?)\s+(executed|cached|FAILED|built|unchanged)\s+[0-9.]+$", line)
+        if m:
+            table[m.group(1)] = m.group(2)
+    return table
+
+
+def snapshot_tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def params_for(seed, trials) -> list[str]:
+    return ["--seed", str(seed), "--trials", str(trials)]
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+@pytest.mark.parametrize(
+    "seed, trials, name",
+    [
+        ("-1", "200000", "SEED"),
+        ("abc", "200000", "SEED"),
+        (str(2**32), "200000", "SEED"),
+        ("1.5", "200000", "SEED"),
+        ("2026", "0", "TRIALS"),
+        ("2026", "abc", "TRIALS"),
+        ("2026", "50000001", "TRIALS"),
+        ("2026", "", "TRIALS"),
+    ],
+)
+def test_invalid_parameters_are_refused_before_execution(tmp_path, seed, trials, name):
+    root = make_fixture_book(tmp_path / "book", ["ok"])
+    proc = run_build(root, "--seed", seed, "--trials", trials)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert name in lines[0] and "must be an integer" in lines[0]
+    assert not (root / ".cache").exists() and not (root / "_build").exists()
+
+
+@pytest.mark.parametrize("seed, trials", [("0", "1"), (str(2**32 - 1), "50000000"), ("7", "200_000")])
+def test_boundary_parameters_are_accepted(seed, trials):
+    params = build.parse_params(seed, trials)
+    assert params == {"seed": int(seed), "trials": int(trials)}
+
+
+def test_make_refuses_invalid_seed_before_installing_anything():
+    proc = subprocess.run(["make", "-s", "-C", str(REPO), "book", "SEED=abc"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "SEED must be an integer with 0 <= SEED < 2**32 (got 'abc')" in proc.stderr
+    assert "installing" not in proc.stdout and "executing" not in proc.stdout
+
+
+# --------------------------------------------------------------------------- table of contents
+
+
+def test_real_toc_lists_existing_sources_in_order():
+    layout = build.Layout(REPO)
+    docs = build.toc_documents(layout.toc)
+    assert docs[0] == "book/intro"
+    sources = build.chapter_sources(layout)
+    names = [n for n, _ in sources]
+    assert names[:4] == ["01-contract", "02-mass", "03-counterexample", "04-experiment"]
+    assert all(src.is_file() and src.parent == REPO / "notebooks" for _, src in sources)
+    for doc in docs:  # static pages exist too
+        if not doc.startswith("book/chapters/"):
+            assert (REPO / f"{doc}.md").is_file(), doc
+
+
+def test_toc_entry_without_source_is_an_error(tmp_path):
+    root = make_fixture_book(tmp_path, ["ok"])
+    write_toc(root, ["ok", "99-missing"])
+    proc = run_build(root)
+    assert proc.returncode != 0
+    assert "notebooks/99-missing.md does not exist" in proc.stderr
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+
+def test_notebook_fingerprint_covers_source_library_parameters(tmp_path):
+    root = make_fixture_book(tmp_path, ["ok", "other"])
+    layout = build.Layout(root)
+    p = {"seed": 1, "trials": 10}
+
+    def fps(params=p):
+        shared = build.shared_digest(layout, params)
+        return {n: build.notebook_fingerprint(s, shared) for n, s in build.chapter_sources(layout)}
+
+    base = fps()
+    assert fps() == base  # deterministic
+    (root / "notebooks" / "ok.md").write_text((root / "notebooks" / "ok.md").read_text() + "\nMore.\n")
+    after_source = fps()
+    assert after_source["ok"] != base["ok"] and after_source["other"] == base["other"]
+    (root / "specdec" / "fixture_lib.py").write_text("VALUE = 2\n")
+    after_lib = fps()
+    assert all(after_lib[n] != after_source[n] for n in base)
+    (root / "specdec" / "__pycache__").mkdir()
+    (root / "specdec" / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    assert fps() == after_lib  # byte-code caches are not inputs
+    assert all(fps({"seed": 2, "trials": 10})[n] != after_lib[n] for n in base)
+    assert all(fps({"seed": 1, "trials": 11})[n] != after_lib[n] for n in base)
+
+
+def test_book_fingerprint_covers_what_jupyter_book_reads(tmp_path):
+    root = make_fixture_book(tmp_path, ["ok"])
+    layout = build.Layout(root)
+    base = build.book_fingerprint(layout)
+    assert build.book_fingerprint(layout) == base
+    for path, text in [
+        (root / "book" / "intro.md", "\nEdited.\n"),
+        (root / "book" / "references.bib", "\n% comment\n"),
+        (root / "_config.yml", "\n# comment\n"),
+        (root / "_toc.yml", "\n# comment\n"),
+    ]:
+        before = build.book_fingerprint(layout)
+        path.write_text(path.read_text() + text)
+        assert build.book_fingerprint(layout) != before, path
+    (root / "book" / "chapters").mkdir()
+    before = build.book_fingerprint(layout)
+    (root / "book" / "chapters" / "ok.ipynb").write_text("{}")
+    assert build.book_fingerprint(layout) != before
+
+
+def test_parameters_tag_survives_jupytext_metadata_filter():
+    import jupytext
+
+    text = (FIXTURES / "ok.md").read_text()
+    assert "cell_metadata_filter: -all" in text
+    nb = jupytext.reads(text, fmt="md:myst")
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and "seed = 1" in tagged[0].source
+
+
+# --------------------------------------------------------------------------- repository files
+
+
+def test_makefile_targets_are_commented_and_book_test_bench_exist():
+    lines = (REPO / "Makefile").read_text().splitlines()
+    targets = [(i, ln.split(":")[0]) for i, ln in enumerate(lines)
+               if re.match(r"^[A-Za-z$][^=\s]*:", ln) and not ln.startswith(".PHONY")]
+    names = [t for _, t in targets]
+    for required in ("book", "test", "bench"):
+        assert required in names
+    for i, target in targets:
+        assert lines[i - 1].startswith("#"), f"Makefile target {target} has no comment"
+
+
+def test_readme_starts_with_the_two_commands():
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"```[a-z]*\n(.*?)```", text, re.S)
+    assert block and text.index("```") < text.index("\n## ")
+    commands = [ln.split("#")[0].strip() for ln in block.group(1).splitlines() if ln.strip()]
+    assert commands == ["make book", "make test"]
+
+
+def test_ci_script_runs_make_test_and_is_executable():
+    ci = REPO / ".ci" / "run"
+    text = ci.read_text()
+    assert text.startswith("#!/usr/bin/env bash") or text.startswith("#!/bin/bash")
+    assert "set -euo pipefail" in text and "make test" in text
+    assert ci.stat().st_mode & stat.S_IXUSR
+    mode = subprocess.run(["git", "ls-files", "-s", ".ci/run"], cwd=REPO,
+                          capture_output=True, text=True).stdout.split()
+    assert not mode or mode[0] == "100755"  # executable in git once committed
+
+
+def test_jupyter_book_config_never_executes_and_renders_myst_outputs():
+    import yaml
+
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    assert config["title"] == "Speculative Decoding, Exactly"
+    assert config["execute"]["execute_notebooks"] == "off"
+    assert config["only_build_toc_files"] is True
+    sphinx = config["sphinx"]["config"]
+    assert sphinx["nb_render_markdown_format"] == "myst"
+    assert sphinx["numfig"] is True
+    assert ["html", "image/svg+xml", 25] in sphinx["nb_mime_priority_overrides"]
+    for bib in config["bibtex_bibfiles"]:
+        text = (REPO / bib).read_text()
+        for key in ("leviathan2023fast", "chen2023accelerating", "sun2025block", "zhang2026learning"):
+            assert "{" + key + "," in text
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
+    assert toc["parts"][0]["caption"] == "Chapters" and toc["parts"][0]["numbered"] is True
+
+
+# --------------------------------------------------------------------------- execution (slow)
+
+
+@pytest.mark.slow
+def test_incremental_execution_and_unchanged_rebuild(tmp_path):
+    root = make_fixture_book(tmp_path, ["ok", "other"])
+    first = run_build(root, *params_for(11, 22))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert statuses(first) == {"ok": "executed", "other": "executed", "jupyter-book (html)": "built"}
+    assert "open _build/html/index.html" in first.stdout
+    page = (root / "_build" / "html" / "book" / "chapters" / "ok.html").read_text()
+    assert "Executed with seed = " in page and ">11<" in page and ">22<" in page
+    assert "The glued seed is 11" in re.sub(r"<[^>]+>", "", page)
+    assert 'class="admonition note"' in page  # Markdown output parsed as MyST
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "# Parameters" not in text and "seed = 1\n" not in text  # parameter cells hidden
+    executed = json.loads((root / "book" / "chapters" / "ok.ipynb").read_text())
+    injected = [c for c in executed["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert len(injected) == 1 and "remove-cell" in injected[0]["metadata"]["tags"]
+    position = executed["cells"].index(injected[0])  # right after the tagged parameters cell
+    assert "parameters" in executed["cells"][position - 1]["metadata"]["tags"]
+    assert executed["metadata"]["specdec"]["parameters"] == {"seed": 11, "trials": 22}
+    other = json.loads((root / "book" / "chapters" / "other.ipynb").read_text())
+    assert "other ran with seed 11" in json.dumps(other)  # no `trials` in its parameters: fine
+
+    t0 = time.perf_counter()
+    second = run_build(root, *params_for(11, 22))
+    elapsed = time.perf_counter() - t0
+    assert second.returncode == 0
+    assert statuses(second) == {"ok": "cached", "other": "cached", "jupyter-book (html)": "unchanged"}
+    assert elapsed < 3.0
+
+    src = root / "notebooks" / "ok.md"
+    src.write_text(src.read_text() + "\nOne more sentence.\n")
+    third = run_build(root, *params_for(11, 22))
+    assert statuses(third) == {"ok": "executed", "other": "cached", "jupyter-book (html)": "built"}
+
+    (root / "specdec" / "fixture_lib.py").write_text("VALUE = 2\n")
+    fourth = run_build(root, *params_for(11, 22), "--no-html")
+    assert statuses(fourth) == {"ok": "executed", "other": "executed"}
+
+    fifth = run_build(root, *params_for(7, 22), "--no-html")
+    assert statuses(fifth) == {"ok": "executed", "other": "executed"}
+    sixth = run_build(root, *params_for(7, 23), "--no-html")
+    assert statuses(sixth) == {"ok": "executed", "other": "executed"}
+    back = run_build(root, *params_for(7, 22), "--no-html")  # earlier runs stay cached
+    assert statuses(back) == {"ok": "cached", "other": "cached"}
+
+
+@pytest.mark.slow
+def test_failing_cell_fails_the_build_and_publishes_nothing(tmp_path):
+    root = make_fixture_book(tmp_path, ["ok", "other", "fail"])
+    write_toc(root, ["ok"])
+    good = run_build(root)
+    assert good.returncode == 0, good.stderr
+    chapters_before = snapshot_tree(root / "book" / "chapters")
+    html_before = snapshot_tree(root / "_build" / "html")
+
+    write_toc(root, ["ok", "fail", "other"])
+    bad = run_build(root)
+    assert bad.returncode != 0
+    message = next(ln for ln in bad.stderr.splitlines() if ln.startswith("FAILED"))
+    assert "notebooks/fail.md:" in message
+    assert "cell 4" in message
+    assert "`ratio = total / 0  # fails on purpose`" in message
+    assert "ZeroDivisionError: division by zero" in message
+    line = int(re.search(r"fail\.md:(\d+)", message).group(1))
+    assert (root / "notebooks" / "fail.md").read_text().splitlines()[line] == message.split("`")[1]
+    assert statuses(bad) == {"ok": "cached", "fail": "FAILED", "other": "executed"}
+    assert snapshot_tree(root / "book" / "chapters") == chapters_before
+    assert snapshot_tree(root / "_build" / "html") == html_before
+    assert (root / ".cache" / "failed" / "fail.ipynb").exists()
+
+    src = root / "notebooks" / "fail.md"
+    src.write_text(src.read_text().replace("total / 0", "total / 2"))
+    fixed = run_build(root)
+    assert fixed.returncode == 0, fixed.stderr
+    assert statuses(fixed) == {"ok": "cached", "fail": "executed", "other": "cached",
+                               "jupyter-book (html)": "built"}
+    assert sorted(p.name for p in (root / "book" / "chapters").iterdir()) == [
+        "fail.ipynb", "ok.ipynb", "other.ipynb"]
+
+
+@pytest.fixture(scope="module")
+def built_fixture_book(tmp_path_factory):
+    root = make_fixture_book(tmp_path_factory.mktemp("good") / "book",
+                             ["ok", "broken_ref", "missing_glue", "duplicate_label"])
+    write_toc(root, ["ok"])
+    proc = run_build(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, expected", [
+    ("broken_ref", "fx-no-such-label"),
+    ("missing_glue", "fx_absent"),
+    ("duplicate_label", "duplicate label fx-ok"),
+])
+def test_sphinx_warnings_fail_the_build_and_keep_the_old_html(built_fixture_book, tmp_path,
+                                                              page, expected):
+    root = tmp_path / "book"
+    shutil.copytree(built_fixture_book, root)
+    html_before = snapshot_tree(root / "_build" / "html")
+    write_toc(root, ["ok", page])
+    proc = run_build(root)
+    assert proc.returncode != 0
+    assert "jupyter-book failed" in proc.stderr and "WARNING" in proc.stderr
+    assert expected in proc.stderr
+    assert snapshot_tree(root / "_build" / "html") == html_before
+    assert not (root / "_build" / ".staging").exists()
+
+
+# --------------------------------------------------------------------------- end to end (slow)
+
+
+def _chapter_pages(root: Path) -> list[Path]:
+    layout = build.Layout(root)
+    return [root / "_build" / "html" / "book" / "chapters" / f"{n}.html"
+            for n, _ in build.chapter_sources(layout)]
+
+
+def _shows_seed(page: Path, seed: int) -> bool:
+    return re.search(rf"seed[\s=:]*(?:<[^>]+>\s*)*{seed}\b", page.read_text()) is not None
+
+
+@pytest.mark.slow
+def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(tmp_path):
+    root = snapshot.copy_sources(REPO, tmp_path / "repo")
+    assert not (root / ".venv").exists() and not (root / "_build").exists()
+
+    first = run_build(root)
+    output = first.stdout + first.stderr
+    assert first.returncode == 0, output
+    assert "WARNING" not in output
+    pages = _chapter_pages(root)
+    assert len(pages) >= 4
+    for page in pages:
+        assert page.exists(), page
+        assert _shows_seed(page, 2026), f"{page.name} does not show seed 2026"
+    assert (root / "_build" / "html" / "index.html").exists()
+    assert (root / "_build" / "html" / "book" / "bibliography.html").exists()
+
+    t0 = time.perf_counter()
+    second = run_build(root)
+    elapsed = time.perf_counter() - t0
+    assert second.returncode == 0
+    assert set(statuses(second).values()) == {"cached", "unchanged"}
+    assert elapsed < 3.0, f"unchanged rebuild took {elapsed:.1f} s"
+
+    third = run_build(root, "--seed", "7")
+    assert third.returncode == 0, third.stdout + third.stderr
+    table = statuses(third)
+    assert all(table[p.stem] == "executed" for p in pages)
+    for page in pages:
+        assert _shows_seed(page, 7), f"{page.name} does not show seed 7"

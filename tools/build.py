@@ -1,0 +1,520 @@
+#!/usr/bin/env python3
+"""Execute the book's notebooks and render the book.
+
+Data flow (one direction, nothing flows back)::
+
+    notebooks/NN-slug.md --jupytext--> notebook in memory --papermill(seed, trials)-->
+    .cache/executed/NN-slug-<fingerprint>.ipynb --(every notebook succeeded)-->
+    book/chapters/NN-slug.ipynb --jupyter-book -W--> _build/.staging --rename--> _build/html
+
+* Which notebooks run: every ``_toc.yml`` entry under ``book/chapters/``; its source is
+  ``notebooks/<same name>.md``.
+* When a notebook runs: its fingerprint is the sha256 of its source, every file of the
+  library (``specdec/``), ``pyproject.toml``, this build tool and the parameters. An
+  executed notebook is cached under its fingerprint, so an unchanged notebook is never
+  re-run, and after a failure is fixed only the notebooks that did not succeed run again.
+* When the HTML is rebuilt: when the fingerprint of everything Jupyter Book reads (the
+  executed notebooks, ``book/``, ``_config.yml``, ``_toc.yml``) differs from the one stored
+  with the current ``_build/html``.
+* A failure publishes nothing: ``book/chapters`` is updated only when every notebook
+  succeeded, and the HTML is built in a staging directory and renamed into place only when
+  Sphinx finished without a single warning.
+
+Only the standard library is imported at module level, so ``--check-params`` runs with
+any Python 3 before the virtual environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent
+REPO = TOOLS.parent
+
+SEED_DEFAULT = 2026
+TRIALS_DEFAULT = 200_000
+SEED_LIMIT = 2**32  # numpy.random.default_rng accepts any non-negative int; keep it 32-bit
+TRIALS_MAX = 50_000_000
+
+FINGERPRINT_VERSION = "specdec-book-build/1"
+KEEP_PER_NOTEBOOK = 4  # cached executions kept per notebook (e.g. a few seeds)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class BuildError(Exception):
+    """A failure the user can act on; printed as is, without a traceback."""
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def parse_param(name: str, text: object, lo: int, hi: int, rule: str) -> int:
+    """Parse a SEED/TRIALS value; raise BuildError naming the parameter and the rule."""
+    raw = str(text).strip()
+    if not re.fullmatch(r"[+-]?[0-9]+(_[0-9]+)*", raw):
+        raise BuildError(f"{name} must be {rule} (got {raw!r})")
+    value = int(raw)
+    if not lo <= value <= hi:
+        raise BuildError(f"{name} must be {rule} (got {value})")
+    return value
+
+
+def parse_params(seed: object, trials: object) -> dict[str, int]:
+    """Validated papermill parameters ``{"seed": ..., "trials": ...}``."""
+    return {
+        "seed": parse_param("SEED", seed, 0, SEED_LIMIT - 1, "an integer with 0 <= SEED < 2**32"),
+        "trials": parse_param(
+            "TRIALS", trials, 1, TRIALS_MAX, f"an integer with 1 <= TRIALS <= {TRIALS_MAX:,}"
+        ),
+    }
+
+
+# --------------------------------------------------------------------------- layout
+
+
+class Layout:
+    """Where the build reads and writes; every path can be overridden (tests use it)."""
+
+    def __init__(self, root: Path, *, toc=None, config=None, notebooks=None, chapters=None,
+                 out=None, cache=None, library=None):
+        self.root = Path(root).resolve()
+        r = self.root
+        self.toc = Path(toc or r / "_toc.yml").resolve()
+        self.config = Path(config or r / "_config.yml").resolve()
+        self.notebooks = Path(notebooks or r / "notebooks").resolve()
+        self.chapters = Path(chapters or r / "book" / "chapters").resolve()
+        self.out = Path(out or r / "_build").resolve()
+        self.cache = Path(cache or r / ".cache").resolve()
+        self.library = Path(library or r / "specdec").resolve()
+        self.book_dir = r / "book"
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(Path(path).resolve().relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def toc_documents(toc_path: Path) -> list[str]:
+    """Every document named in a jupyter-book ``_toc.yml`` (root first, in reading order)."""
+    import yaml
+
+    data = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
+    docs: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key in ("root", "file"):
+                if isinstance(node.get(key), str):
+                    docs.append(re.sub(r"\.(md|ipynb)$", "", node[key]))
+            for value in node.values():
+                if isinstance(value, (list, dict)):
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(data)
+    return list(dict.fromkeys(docs))
+
+
+def chapter_sources(layout: Layout) -> list[tuple[str, Path]]:
+    """(name, source) for every toc entry that is an executed notebook."""
+    prefix = layout.rel(layout.chapters).replace(os.sep, "/").rstrip("/") + "/"
+    found = []
+    for doc in toc_documents(layout.toc):
+        if not doc.startswith(prefix):
+            continue
+        name = doc[len(prefix):]
+        src = layout.notebooks / f"{name}.md"
+        if not src.is_file():
+            raise BuildError(
+                f"{layout.rel(layout.toc)} lists {doc} but its source {layout.rel(src)} does not exist"
+            )
+        found.append((name, src))
+    return found
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+
+def _ignored(path: Path) -> bool:
+    return any(part.startswith(".") or part == "__pycache__" for part in path.parts) or (
+        path.suffix in {".pyc", ".pyo"}
+    )
+
+
+def tree_digest(base: Path, *, skip=lambda rel: False) -> str:
+    """sha256 over the relative paths and contents of the files under ``base``."""
+    h = hashlib.sha256()
+    if base.is_dir():
+        files = sorted(p for p in base.rglob("*") if p.is_file())
+        for path in files:
+            rel = path.relative_to(base)
+            if _ignored(rel) or skip(rel):
+                continue
+            h.update(rel.as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    elif base.is_file():
+        h.update(hashlib.sha256(base.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def tool_digest() -> str:
+    """The build tool itself: this file and the matplotlibrc it gives the kernels."""
+    h = hashlib.sha256()
+    for path in (Path(__file__).resolve(), TOOLS / "matplotlibrc"):
+        h.update(path.name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"-"))
+    return h.hexdigest()
+
+
+def shared_digest(layout: Layout, params: dict[str, int]) -> str:
+    """Everything a notebook depends on besides its own source."""
+    h = hashlib.sha256(FINGERPRINT_VERSION.encode())
+    h.update(b"library\0" + tree_digest(layout.library).encode())
+    pyproject = layout.root / "pyproject.toml"
+    h.update(b"pyproject\0" + (tree_digest(pyproject).encode() if pyproject.exists() else b"-"))
+    h.update(b"tool\0" + tool_digest().encode())
+    h.update(b"params\0" + json.dumps(params, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def notebook_fingerprint(source: Path, shared: str) -> str:
+    h = hashlib.sha256(shared.encode())
+    h.update(b"source\0" + source.read_bytes())
+    return h.hexdigest()
+
+
+def book_fingerprint(layout: Layout) -> str:
+    """Everything Jupyter Book reads: config, toc, book/ (including the executed notebooks)."""
+    h = hashlib.sha256(FINGERPRINT_VERSION.encode())
+    for path in (layout.config, layout.toc):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(b"book\0" + tree_digest(layout.book_dir).encode())
+    if not layout.chapters.is_relative_to(layout.book_dir):
+        h.update(b"chapters\0" + tree_digest(layout.chapters).encode())
+    h.update(b"tool\0" + tool_digest().encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def kernel_environment(layout: Layout) -> dict[str, str]:
+    """Variables for the kernels: headless plots, deterministic output, library from root."""
+    env = {
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "MATPLOTLIBRC": str(TOOLS / "matplotlibrc"),
+        "PYTHONHASHSEED": "0",
+        "SOURCE_DATE_EPOCH": "1767225600",  # 2026-01-01: fixed dates in SVG/PDF metadata
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "PYTHONPATH": os.pathsep.join(
+            [str(layout.root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    }
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = os.environ.get(var, "1")  # same float results whatever the core count
+    return env
+
+
+def _init_worker(env: dict[str, str], log: str) -> None:
+    """Set the kernel environment; send kernel chatter on stderr to a log file."""
+    os.environ.update(env)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _code_cell_line(source: Path, ordinal: int) -> int | None:
+    """1-based line of the ``ordinal``-th (0-based) code cell fence in a MyST file."""
+    count = -1
+    for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.lstrip().startswith(("```{code-cell}", "````{code-cell}")):
+            count += 1
+            if count == ordinal:
+                return number
+    return None
+
+
+def execute_notebook(task: dict) -> dict:
+    """Run one notebook with papermill (in a worker process); never raises.
+
+    Returns a dict with ``ok``, ``seconds`` and either ``path`` (the cached executed
+    notebook) or ``error`` (a one-line message) and ``detail`` (traceback tail).
+    """
+    import jupytext
+    import nbformat
+    import papermill as pm
+
+    source = Path(task["source"])
+    staging = Path(task["staging"])
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    nb = jupytext.read(source, fmt="md:myst")
+    nb.metadata.get("jupytext", {}).pop("cell_metadata_filter", None)  # keep every tag
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    try:
+        result = pm.execute_notebook(
+            nb, str(staging), parameters=task["params"], kernel_name="python3",
+            language="python", cwd=str(source.parent), progress_bar=False, log_output=False,
+            execution_timeout=task["timeout"],
+        )
+    except pm.PapermillExecutionError as exc:
+        executed = nbformat.read(staging, as_version=4) if staging.exists() else None
+        index, ordinal = exc.cell_index, None
+        if executed is not None:  # position in the source notebook (without the injected cell)
+            before = executed.cells[: exc.cell_index]
+            injected = [c for c in before if "injected-parameters" in c.metadata.get("tags", [])]
+            index = exc.cell_index - len(injected)
+            ordinal = sum(c.cell_type == "code" for c in before) - len(injected)
+        line = _code_cell_line(source, ordinal) if ordinal is not None else None
+        first = next((s for s in exc.source.splitlines() if s.strip()), "").strip()
+        where = f"{task['rel']}:{line}" if line else task["rel"]
+        message = (
+            f"{where}: cell {index} (`{first}`) raised {exc.ename}: {ANSI.sub('', str(exc.evalue))}"
+        )
+        detail = ANSI.sub("", "\n".join(exc.traceback)).strip().splitlines()[-12:]
+        if staging.exists():
+            failed = Path(task["failed"])
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging, failed)
+        return {"ok": False, "seconds": time.perf_counter() - t0, "error": message, "detail": detail}
+    except Exception as exc:  # kernel died, timeout, bad notebook...
+        staging.unlink(missing_ok=True)
+        first = ANSI.sub("", str(exc)).strip().splitlines() or [""]
+        return {"ok": False, "seconds": time.perf_counter() - t0,
+                "error": f"{task['rel']}: {type(exc).__name__}: {first[0]}", "detail": []}
+    seconds = time.perf_counter() - t0
+    for cell in result.cells:  # papermill's injected values are shown by the chapter itself
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    result.metadata["specdec"] = {
+        "source": task["rel"], "fingerprint": task["fingerprint"],
+        "parameters": task["params"], "seconds": round(seconds, 2),
+    }
+    nbformat.write(result, staging)
+    os.replace(staging, task["path"])
+    return {"ok": True, "seconds": seconds, "path": task["path"]}
+
+
+def check_kernel() -> None:
+    """Kernel ``python3`` must start this interpreter (the project's virtual environment)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        raise BuildError("no Jupyter kernel 'python3': run `python -m ipykernel install --sys-prefix`")
+    argv0 = spec.argv[0]
+    generic = {"python", f"python{sys.version_info[0]}", "python%d.%d" % sys.version_info[:2]}
+    here = Path(os.path.abspath(sys.executable)).parent
+    if argv0 not in generic and Path(os.path.abspath(argv0)).parent != here:
+        raise BuildError(
+            f"kernel 'python3' runs {argv0}, not this environment ({sys.executable}); "
+            f"run `{sys.executable} -m ipykernel install --sys-prefix`"
+        )
+
+
+def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: int,
+                force: bool = False) -> tuple[list[dict], bool]:
+    """Execute what is not cached; return (rows for the timing table, all succeeded)."""
+    shared = shared_digest(layout, params)
+    executed_dir = layout.cache / "executed"
+    rows, tasks = [], []
+    for name, source in chapter_sources(layout):
+        fp = notebook_fingerprint(source, shared)
+        path = executed_dir / f"{name}-{fp[:20]}.ipynb"
+        row = {"name": name, "rel": layout.rel(source), "path": path, "fingerprint": fp}
+        if path.exists() and not force:
+            meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("specdec", {})
+            row.update(status="cached", seconds=float(meta.get("seconds", 0.0)), ok=True)
+        else:
+            tasks.append({
+                "name": name, "source": str(source), "rel": row["rel"], "path": str(path),
+                "staging": str(layout.cache / "staging" / path.name),
+                "failed": str(layout.cache / "failed" / f"{name}.ipynb"),
+                "fingerprint": fp, "params": params, "timeout": timeout,
+            })
+            row.update(status="executed")
+        rows.append(row)
+
+    if tasks:
+        check_kernel()
+        from concurrent.futures import ProcessPoolExecutor
+        import multiprocessing
+
+        workers = max(1, min(jobs, len(tasks)))
+        print(f"executing {len(tasks)} notebook(s) on {workers} worker(s)...", flush=True)
+        by_name = {row["name"]: row for row in rows}
+        ctx = multiprocessing.get_context("spawn")
+        executed_dir.mkdir(parents=True, exist_ok=True)
+        log = layout.cache / "kernels.log"
+        log.unlink(missing_ok=True)
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(kernel_environment(layout), str(log))) as pool:
+            futures = {pool.submit(execute_notebook, t): t["name"] for t in tasks}
+            for future, name in futures.items():
+                result = future.result()
+                row = by_name[name]
+                row.update(ok=result["ok"], seconds=result["seconds"])
+                if not result["ok"]:
+                    row.update(status="FAILED", error=result["error"], detail=result["detail"])
+                print(f"  {row['status']:<8} {name} ({result['seconds']:.1f} s)", flush=True)
+        prune_cache(executed_dir, [r["name"] for r in rows])
+    return rows, all(r["ok"] for r in rows)
+
+
+def prune_cache(executed_dir: Path, names: list[str]) -> None:
+    """Keep the most recent cached executions of each notebook."""
+    for name in names:
+        pattern = re.compile(re.escape(name) + r"-[0-9a-f]{20}\.ipynb$")
+        entries = sorted((p for p in executed_dir.glob(f"{name}-*.ipynb") if pattern.match(p.name)),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in entries[KEEP_PER_NOTEBOOK:]:
+            stale.unlink(missing_ok=True)
+
+
+def publish_chapters(layout: Layout, rows: list[dict]) -> None:
+    """Copy every executed notebook to book/chapters (only called when all succeeded)."""
+    layout.chapters.mkdir(parents=True, exist_ok=True)
+    wanted = set()
+    for row in rows:
+        target = layout.chapters / f"{row['name']}.ipynb"
+        wanted.add(target.name)
+        data = Path(row["path"]).read_bytes()
+        if not target.exists() or target.read_bytes() != data:
+            tmp = target.with_suffix(".ipynb.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+    for stale in layout.chapters.glob("*.ipynb"):
+        if stale.name not in wanted:
+            stale.unlink()
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render_html(layout: Layout) -> tuple[str, float]:
+    """Build the HTML unless nothing it reads changed; returns (status, seconds)."""
+    html = layout.out / "html"
+    stamp_name = ".fingerprint"
+    fp = book_fingerprint(layout)
+    stamp = html / stamp_name
+    if (html / "index.html").exists() and stamp.exists() and stamp.read_text().strip() == fp:
+        return "unchanged", 0.0
+
+    print("rendering with jupyter-book...", flush=True)
+    t0 = time.perf_counter()
+    staging = layout.out / ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    jb = Path(sys.executable).parent / "jupyter-book"
+    command = [str(jb) if jb.exists() else "jupyter-book", "build", str(layout.root),
+               "--builder", "html", "--all", "-W", "--keep-going",
+               "--config", str(layout.config), "--toc", str(layout.toc),
+               "--path-output", str(staging)]
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    proc = subprocess.run(command, cwd=layout.root, env=env, capture_output=True, text=True)
+    output = ANSI.sub("", proc.stdout + proc.stderr)
+    problems = [ln for ln in output.splitlines() if re.search(r"WARNING|ERROR|CRITICAL", ln)]
+    built = staging / "_build" / "html"
+    if proc.returncode != 0 or problems or not (built / "index.html").exists():
+        shutil.rmtree(staging, ignore_errors=True)
+        tail = problems or output.strip().splitlines()[-25:]
+        raise BuildError(
+            "jupyter-book failed (Sphinx warnings are errors; _build/html was left as it was):\n"
+            + "\n".join("  " + ln for ln in tail)
+        )
+    (built / stamp_name).write_text(fp + "\n")
+    old = layout.out / ".previous-html"
+    shutil.rmtree(old, ignore_errors=True)
+    if html.exists():
+        os.rename(html, old)
+    os.rename(built, html)
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return "built", time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- report
+
+
+def print_table(rows: list[dict], html: tuple[str, float] | None, wall: float) -> None:
+    width = max([len(r["name"]) for r in rows] + [len("jupyter-book (html)")])
+    print(f"\n{'notebook':<{width}}  {'status':<9} {'seconds':>8}")
+    print(f"{'-' * width}  {'-' * 9} {'-' * 8}")
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['status']:<9} {r.get('seconds', 0.0):>8.1f}")
+    if html is not None:
+        print(f"{'jupyter-book (html)':<{width}}  {html[0]:<9} {html[1]:>8.1f}")
+    n_exec = sum(r["status"] == "executed" for r in rows)
+    n_cached = sum(r["status"] == "cached" for r in rows)
+    print(f"{n_exec} executed, {n_cached} cached (seconds of the run that produced them); "
+          f"wall time {wall:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", default=str(SEED_DEFAULT), help="papermill parameter seed")
+    parser.add_argument("--trials", default=str(TRIALS_DEFAULT), help="papermill parameter trials")
+    parser.add_argument("--check-params", action="store_true", help="only validate SEED/TRIALS")
+    parser.add_argument("--root", default=str(REPO), help="book root (default: this repository)")
+    parser.add_argument("--toc", help="table of contents (default: ROOT/_toc.yml)")
+    parser.add_argument("--config", help="Jupyter Book config (default: ROOT/_config.yml)")
+    parser.add_argument("--notebooks-dir", help="jupytext sources (default: ROOT/notebooks)")
+    parser.add_argument("--chapters-dir", help="executed notebooks (default: ROOT/book/chapters)")
+    parser.add_argument("--out", help="build output (default: ROOT/_build)")
+    parser.add_argument("--cache", help="executed-notebook cache (default: ROOT/.cache)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel notebooks")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    parser.add_argument("--force", action="store_true", help="re-execute every notebook")
+    parser.add_argument("--no-html", action="store_true", help="execute only, skip jupyter-book")
+    args = parser.parse_args(argv)
+    wall = time.perf_counter()
+    try:
+        params = parse_params(args.seed, args.trials)
+        if args.check_params:
+            return 0
+        layout = Layout(Path(args.root), toc=args.toc, config=args.config,
+                        notebooks=args.notebooks_dir, chapters=args.chapters_dir,
+                        out=args.out, cache=args.cache)
+        rows, ok = execute_all(layout, params, jobs=args.jobs, timeout=args.timeout,
+                               force=args.force)
+        if not ok:
+            print_table(rows, None, time.perf_counter() - wall)
+            for r in rows:
+                if not r["ok"]:
+                    print(f"\nFAILED {r['error']}", file=sys.stderr)
+                    for ln in r.get("detail", []):
+                        print(f"    {ln}", file=sys.stderr)
+            print(f"\nnothing published: {layout.rel(layout.chapters)} and "
+                  f"{layout.rel(layout.out / 'html')} are unchanged; partial output of the failed "
+                  f"notebook(s) in {layout.rel(layout.cache / 'failed')}", file=sys.stderr)
+            return 1
+        publish_chapters(layout, rows)
+        html = None
+        if not args.no_html:
+            html = render_html(layout)
+        print_table(rows, html, time.perf_counter() - wall)
+        if html is not None:
+            index = layout.out / "html" / "index.html"
+            shown = layout.rel(index) if Path.cwd().resolve() == layout.root else str(index)
+            print(f"\nopen {shown}")
+        return 0
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
