@@ -734,6 +734,8 @@ def speculative_accept(p_x, q_x, u):
     >>> speculative_accept(np.array([0.5, 0.3]), np.array([0.2, 0.5]), np.array([0.99, 0.7]))
     array([ True, False])
     """
+    if type(u) is float and type(p_x) is float and type(q_x) is float:  # fast path
+        return q_x == 0.0 or u * q_x < p_x
     if np.ndim(p_x) == 0 and np.ndim(q_x) == 0 and np.ndim(u) == 0:
         return bool(q_x == 0 or u * q_x < p_x)
     q_arr = np.asarray(q_x)

@@ -405,8 +405,25 @@ def publish_chapters(layout: Layout, rows: list[dict]) -> None:
 # --------------------------------------------------------------------------- rendering
 
 
+def prepare_render(layout: Layout) -> None:
+    """Generated inputs of the rendering: vendored MathJax (fetched once, tools/vendor.py)
+    and the execution-statistics page (tools/execution_stats.py), both git-ignored."""
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    import execution_stats
+    import vendor
+
+    try:
+        vendor.ensure_mathjax(layout.root)
+    except vendor.VendorError as exc:
+        raise BuildError(str(exc)) from None
+    execution_stats.write_page(layout.chapters, layout.book_dir / "execution-stats.md",
+                               [name for name, _ in chapter_sources(layout)])
+
+
 def render_html(layout: Layout) -> tuple[str, float]:
     """Build the HTML unless nothing it reads changed; returns (status, seconds)."""
+    prepare_render(layout)
     html = layout.out / "html"
     stamp_name = ".fingerprint"
     fp = book_fingerprint(layout)
