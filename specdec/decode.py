@@ -1,0 +1,447 @@
+"""Decoding real models: autoregressive baseline and exact speculative sampling.
+
+Both decoders work on a batch of requests (B prompts decoded together; B = 1 is the
+usual single-request case) with the numpy transformers of :mod:`specdec.nn`, and turn
+logits into the law actually sampled from with :func:`specdec.laws.sampling_law`, with
+the same settings for target and draft (:class:`SamplingSettings`). The speculative
+decoder is the algorithm of Leviathan et al. (2023):
+
+1. the draft proposes gamma tokens autoregressively, each sampled from its law q;
+2. the target scores the confirmed tail and the gamma proposals in **one** forward pass
+   (gamma + 1 positions), giving the target laws p at every proposal and one more;
+3. proposals are accepted left to right with :func:`specdec.token.speculative_accept`;
+   at the first rejection a token is drawn from the residual with
+   :func:`specdec.token.draw_residual` and the cycle ends; if all gamma are accepted, a
+   bonus token is drawn from the target law after the last proposal;
+4. both caches are rolled back (:meth:`specdec.nn.KVCache.truncate`) to the confirmed
+   prefix; the draft's proposals after a rejection are discarded, never reused.
+
+The acceptance test and the residual draw are the library's token-level rule: there is
+no second implementation of the acceptance step here.
+
+Time stamps: every decoder takes a ``clock`` (default :func:`time.perf_counter`) and
+records when each token became available to the caller, so the measurement harness
+(:mod:`specdec.measure`) can compute time to first token and inter-token latencies; a
+fake clock makes them deterministic in tests. Tokens emitted by the same speculative
+cycle share one time stamp.
+
+References
+----------
+Leviathan, Kalman, Matias (2023), Fast Inference from Transformers via Speculative
+Decoding, ICML, PMLR 202, Algorithm 1 and section 2.3.
+Chen et al. (2023), Accelerating Large Language Model Decoding with Speculative Sampling,
+arXiv:2302.01318, Algorithm 2.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import laws, token
+from .nn import KVCache, Transformer, decode as decode_bytes, encode
+
+__all__ = [
+    "SamplingSettings",
+    "Decoded",
+    "as_prompts",
+    "sample_from",
+    "autoregressive",
+    "speculative",
+    "target_sequence_law",
+]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Logit post-processing applied identically to target and draft.
+
+    Parameters
+    ----------
+    temperature : float
+        ``>= 0``; 0 is greedy decoding.
+    top_k : int or None
+    top_p : float or None
+
+    Examples
+    --------
+    >>> SamplingSettings(temperature=0).law(np.array([0.0, 2.0, 1.0])).tolist()
+    [0.0, 1.0, 0.0]
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        # validate once, with the library's own checks
+        laws.sampling_law(np.zeros(2), temperature=self.temperature,
+                          top_k=None if self.top_k is None else min(self.top_k, 2),
+                          top_p=self.top_p)
+        if self.top_k is not None:
+            laws.check_int(self.top_k, "top_k", minimum=1)
+
+    def law(self, logits: np.ndarray) -> np.ndarray:
+        """The sampled law (V,) from one logit vector (V,)."""
+        return laws.sampling_law(logits, temperature=self.temperature, top_k=self.top_k,
+                                 top_p=self.top_p)
+
+    def as_dict(self) -> dict:
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Result of decoding a batch of requests.
+
+    Attributes
+    ----------
+    prompts : tuple of tuple of int
+        The prompt tokens of each request.
+    tokens : tuple of tuple of int
+        Emitted tokens of each request (prompt excluded), ``max_new_tokens`` each.
+    start : float
+        Clock reading when decoding started (requests submitted), seconds.
+    emit_times : tuple of tuple of float
+        Clock reading when each emitted token became available, seconds.
+    end : float
+        Clock reading when the whole batch was done, seconds.
+    cycles : tuple of int
+        Target forward passes per request after the prompt (autoregressive: one per
+        token; speculative: one per cycle).
+    accepted, proposed : tuple of int
+        Draft tokens accepted and proposed per request (0 for autoregressive). Proposals
+        made in the last cycle beyond ``max_new_tokens`` are counted as proposed.
+    gamma : int or None
+        Draft length (None for autoregressive decoding).
+    """
+
+    prompts: tuple[tuple[int, ...], ...]
+    tokens: tuple[tuple[int, ...], ...]
+    start: float
+    emit_times: tuple[tuple[float, ...], ...]
+    end: float
+    cycles: tuple[int, ...]
+    accepted: tuple[int, ...]
+    proposed: tuple[int, ...]
+    gamma: int | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        """Emitted text of each request (UTF-8, invalid bytes replaced)."""
+        return [decode_bytes(t) for t in self.tokens]
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / proposed over the batch (nan for autoregressive decoding)."""
+        proposed = sum(self.proposed)
+        return sum(self.accepted) / proposed if proposed else float("nan")
+
+
+def as_prompts(prompts) -> list[np.ndarray]:
+    """Normalise prompts to a list of int64 token arrays.
+
+    A single prompt (str, bytes or a 1-D sequence of ints) becomes a list of one.
+
+    Raises
+    ------
+    ValueError
+        Empty prompt list, empty prompt, or ids outside [0, 256).
+    """
+    if isinstance(prompts, (str, bytes)) or (
+            isinstance(prompts, np.ndarray) and prompts.ndim == 1) or (
+            isinstance(prompts, Sequence) and len(prompts) and isinstance(prompts[0], (int, np.integer))):
+        prompts = [prompts]
+    out = []
+    for p in prompts:
+        if isinstance(p, str):
+            arr = encode(p)
+        elif isinstance(p, bytes):
+            arr = np.frombuffer(p, dtype=np.uint8).astype(np.int64)
+        else:
+            arr = np.asarray(p, dtype=np.int64).reshape(-1)
+        if arr.size == 0:
+            raise ValueError("prompts: every prompt needs at least one token")
+        if arr.min() < 0 or arr.max() > 255:
+            raise ValueError("prompts: token ids must lie in [0, 256)")
+        out.append(arr)
+    if not out:
+        raise ValueError("prompts: need at least one prompt")
+    return out
+
+
+def sample_from(law: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token from a probability vector by inversion of one uniform.
+
+    Parameters
+    ----------
+    law : numpy.ndarray, shape (V,)
+        A probability vector (as returned by :func:`specdec.laws.sampling_law`).
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    int
+        A token with positive probability.
+
+    Examples
+    --------
+    >>> sample_from(np.array([0.0, 1.0, 0.0]), np.random.default_rng(0))
+    1
+    """
+    cdf = np.cumsum(law)
+    x = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    if x >= law.shape[0] or law[x] <= 0:      # rounding at the top end
+        x = int(np.flatnonzero(law > 0)[-1])
+    return x
+
+
+def _pad(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    out = np.zeros((len(rows), max(1, int(lengths.max()))), dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out, lengths
+
+
+def _prefill(model: Transformer, prompts: list[np.ndarray], drop_last: bool) -> tuple[KVCache, np.ndarray | None]:
+    """Cache of the prompts (without their last token if ``drop_last``) and last logits."""
+    rows = [list(p[:-1]) if drop_last else list(p) for p in prompts]
+    b = len(rows)
+    if all(len(r) == 0 for r in rows):
+        return model.new_cache(b), None
+    if b > 1 and all(np.array_equal(prompts[0], p) for p in prompts[1:]):
+        one = model.new_cache(1)
+        logits = model.forward(np.array([rows[0]]), one)
+        return one.repeat(b), np.repeat(logits[:, -1], b, axis=0)
+    cache = model.new_cache(b)
+    x, lengths = _pad(rows)
+    logits = model.forward(x, cache, lengths=lengths)
+    last = logits[np.arange(b), np.maximum(lengths - 1, 0)]
+    return cache, last
+
+
+def _check_budget(model: Transformer, prompts: list[np.ndarray], max_new_tokens: int,
+                  extra: int) -> None:
+    longest = max(p.size for p in prompts)
+    if longest + max_new_tokens + extra > model.config.context:
+        raise ValueError(
+            f"max_new_tokens: prompt ({longest}) + max_new_tokens ({max_new_tokens})"
+            + (f" + gamma ({extra})" if extra else "")
+            + f" exceeds the context of {model.name} ({model.config.context})")
+
+
+def autoregressive(model: Transformer, prompts, max_new_tokens: int, rng: np.random.Generator,
+                   settings: SamplingSettings = SamplingSettings(), *,
+                   clock: Callable[[], float] = time.perf_counter) -> Decoded:
+    """Target-only sampling: one forward pass per emitted token (the baseline).
+
+    Parameters
+    ----------
+    model : Transformer
+    prompts : str, bytes, sequence of int, or a list of those
+        One prompt per request; all are decoded together (batch B).
+    max_new_tokens : int
+        Tokens emitted per request (no early stop).
+    rng : numpy.random.Generator
+    settings : SamplingSettings
+    clock : callable returning seconds
+
+    Returns
+    -------
+    Decoded
+
+    Raises
+    ------
+    ValueError
+        Bad prompts, ``max_new_tokens < 1``, or a sequence that would exceed the context.
+    """
+    max_new_tokens = laws.check_int(max_new_tokens, "max_new_tokens", minimum=1)
+    prompts = as_prompts(prompts)
+    _check_budget(model, prompts, max_new_tokens, 0)
+    b = len(prompts)
+    start = clock()
+    cache, logits = _prefill(model, prompts, drop_last=False)
+    out: list[list[int]] = [[] for _ in range(b)]
+    times: list[list[float]] = [[] for _ in range(b)]
+    for step in range(max_new_tokens):
+        if step:
+            logits = model.forward(np.array([[o[-1]] for o in out]), cache)[:, -1]
+        for i in range(b):
+            out[i].append(sample_from(settings.law(logits[i]), rng))
+        now = clock()
+        for i in range(b):
+            times[i].append(now)
+    end = clock()
+    return Decoded(prompts=tuple(tuple(int(t) for t in p) for p in prompts),
+                   tokens=tuple(tuple(o) for o in out), start=start,
+                   emit_times=tuple(tuple(t) for t in times), end=end,
+                   cycles=(max_new_tokens,) * b, accepted=(0,) * b, proposed=(0,) * b,
+                   gamma=None)
+
+
+@dataclass
+class _Row:
+    seq: list[int]
+    emitted: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    cycles: int = 0
+    accepted: int = 0
+    proposed: int = 0
+
+
+def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens: int,
+                gamma: int, rng: np.random.Generator,
+                settings: SamplingSettings = SamplingSettings(), *,
+                clock: Callable[[], float] = time.perf_counter) -> Decoded:
+    """Exact speculative sampling with draft length ``gamma``.
+
+    The emitted tokens have the same law as :func:`autoregressive` with the target and
+    the same ``settings`` (the output law is preserved; the random stream differs, so
+    the same seed gives different strings).
+
+    Parameters
+    ----------
+    target, draft : Transformer
+        Same vocabulary (byte tokens, so every id means the same event in both).
+    prompts : str, bytes, sequence of int, or a list of those
+        One prompt per request; all are decoded together. Requests that reach
+        ``max_new_tokens`` leave the batch (their cache rows are dropped).
+    max_new_tokens : int
+        Tokens emitted per request; the last cycle's surplus is cut.
+    gamma : int
+        Draft length, ``>= 1``.
+    rng : numpy.random.Generator
+    settings : SamplingSettings
+        Applied to both models' logits.
+    clock : callable returning seconds
+
+    Returns
+    -------
+    Decoded
+
+    Raises
+    ------
+    ValueError
+        Mismatched vocabularies, bad prompts, ``gamma < 1``, ``max_new_tokens < 1``,
+        or a sequence that would exceed either model's context.
+
+    References
+    ----------
+    Leviathan, Kalman, Matias (2023), Algorithm 1.
+    """
+    gamma = laws.check_int(gamma, "gamma", minimum=1)
+    max_new_tokens = laws.check_int(max_new_tokens, "max_new_tokens", minimum=1)
+    if target.config.vocab_size != draft.config.vocab_size:
+        raise ValueError(f"draft: vocabulary size {draft.config.vocab_size} does not match "
+                         f"the target ({target.config.vocab_size})")
+    prompts = as_prompts(prompts)
+    _check_budget(target, prompts, max_new_tokens, gamma)
+    _check_budget(draft, prompts, max_new_tokens, gamma)
+    b = len(prompts)
+    start = clock()
+    # Both caches hold the prompt without its last token: every cycle starts by feeding
+    # the confirmed tokens each model has not seen yet ("pending"), then the proposals.
+    tcache, _ = _prefill(target, prompts, drop_last=True)
+    dcache, _ = _prefill(draft, prompts, drop_last=True)
+    rows = [_Row(seq=[int(t) for t in p]) for p in prompts]
+    live = list(range(b))                       # row index of each cache row
+    while live:
+        n = len(live)
+        props: list[list[int]] = [[] for _ in range(n)]
+        qs: list[list[np.ndarray]] = [[] for _ in range(n)]
+        # 1. draft proposals, autoregressive, gamma forward passes of the draft
+        for _ in range(gamma):
+            feed = [(rows[r].seq + props[j])[int(dcache.lengths[j]):] for j, r in enumerate(live)]
+            x, lengths = _pad(feed)
+            logits = draft.forward(x, dcache, lengths=lengths)
+            for j in range(n):
+                q = settings.law(logits[j, lengths[j] - 1])
+                props[j].append(sample_from(q, rng))
+                qs[j].append(q)
+        # 2. the target scores pending tokens + gamma proposals in one pass
+        feed = [(rows[r].seq + props[j])[int(tcache.lengths[j]):] for j, r in enumerate(live)]
+        x, lengths = _pad(feed)
+        logits = target.forward(x, tcache, lengths=lengths)
+        # 3. accept / correct, left to right, with the library's token-level rule
+        keep_t = np.empty(n, dtype=np.int64)
+        for j, r in enumerate(live):
+            row = rows[r]
+            off = int(lengths[j]) - gamma - 1    # logits index of the law at proposal 0
+            new: list[int] = []
+            for i in range(gamma):
+                p = settings.law(logits[j, off + i])
+                xi = props[j][i]
+                if token.speculative_accept(p[xi], qs[j][i][xi], rng.random()):
+                    new.append(xi)
+                else:
+                    new.append(int(token.draw_residual(p, qs[j][i], rng)))
+                    break
+            else:
+                new.append(sample_from(settings.law(logits[j, off + gamma]), rng))
+            n_acc = len(new) - 1
+            row.cycles += 1
+            row.proposed += gamma
+            row.accepted += n_acc
+            confirmed = len(row.seq) + n_acc    # positions both caches may keep
+            room = max_new_tokens - len(row.emitted)
+            row.emitted.extend(new[:room])
+            row.seq.extend(new[:room])
+            keep_t[j] = min(confirmed, len(row.seq))
+        now = clock()
+        # 4. roll back the unconfirmed tail of both caches
+        tcache.truncate(np.minimum(tcache.lengths, keep_t))
+        dcache.truncate(np.minimum(dcache.lengths, keep_t))
+        for j, r in enumerate(live):
+            rows[r].times.extend([now] * (len(rows[r].emitted) - len(rows[r].times)))
+        done = [j for j, r in enumerate(live) if len(rows[r].emitted) >= max_new_tokens]
+        if done:
+            stay = [j for j in range(n) if j not in done]
+            live = [live[j] for j in stay]
+            if live:
+                tcache, dcache = tcache.select(stay), dcache.select(stay)
+    end = clock()
+    return Decoded(prompts=tuple(tuple(int(t) for t in p) for p in prompts),
+                   tokens=tuple(tuple(r.emitted) for r in rows), start=start,
+                   emit_times=tuple(tuple(r.times) for r in rows), end=end,
+                   cycles=tuple(r.cycles for r in rows),
+                   accepted=tuple(r.accepted for r in rows),
+                   proposed=tuple(r.proposed for r in rows), gamma=gamma)
+
+
+def target_sequence_law(model: Transformer, prompt, length: int = 1,
+                        settings: SamplingSettings = SamplingSettings()) -> np.ndarray:
+    """Exact law of the first ``length`` tokens of target-only sampling after ``prompt``.
+
+    Parameters
+    ----------
+    model : Transformer
+    prompt : str, bytes or sequence of int
+    length : int
+        1 or 2.
+    settings : SamplingSettings
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (V,) for ``length == 1``; (V, V) for ``length == 2`` with entry
+        ``[x1, x2] = p(x1) p(x2 | x1)``. Sums to 1 (float64).
+    """
+    length = laws.check_int(length, "length", minimum=1, maximum=2)
+    (prompt,) = as_prompts(prompt)
+    if prompt.size + length > model.config.context:
+        raise ValueError("prompt: too long for the model context")
+    first = settings.law(model.forward(prompt[None])[0, -1])
+    if length == 1:
+        return first
+    support = np.flatnonzero(first > 0)
+    cache, _ = _prefill(model, [prompt], drop_last=False)
+    cache = cache.repeat(support.size)
+    logits = model.forward(support[:, None], cache)[:, -1]
+    joint = np.zeros((first.size, first.size))
+    for i, x in enumerate(support):
+        joint[x] = first[x] * settings.law(logits[i])
+    return joint

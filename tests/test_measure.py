@@ -1,0 +1,175 @@
+"""Tests of the measurement harness: arithmetic on synthetic timings, fake clocks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from specdec import decode as dec
+from specdec import measure as ms
+from specdec import nn
+
+finite = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    t = nn.Transformer.random(nn.TransformerConfig(2, 16, 4, 64), np.random.default_rng(0), "t")
+    d = nn.Transformer.random(nn.TransformerConfig(1, 8, 2, 64), np.random.default_rng(1), "d")
+    return t, d
+
+
+# ------------------------------------------------------------------------ arithmetic
+def test_tick_clock():
+    clock = ms.TickClock([1.0, 2.0], start=10.0)
+    assert [clock() for _ in range(4)] == [10.0, 11.0, 13.0, 14.0]
+    assert clock.calls == 4
+    with pytest.raises(ValueError, match="step"):
+        ms.TickClock(-1.0)
+
+
+def test_percentiles_exact():
+    assert ms.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert ms.percentiles(np.arange(101.0)) == {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+    assert ms.percentile([0.0, 10.0], 99) == pytest.approx(9.9)
+    assert ms.median_iqr([1, 2, 3, 4, 5]) == (3.0, 2.0)
+    with pytest.raises(ValueError, match="at least one value"):
+        ms.percentile([], 50)
+    with pytest.raises(ValueError, match="q: must be in"):
+        ms.percentile([1.0], 101)
+    with pytest.raises(ValueError, match="finite"):
+        ms.median_iqr([1.0, math.nan])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(finite, min_size=1, max_size=40))
+def test_percentiles_properties(values):
+    p = ms.percentiles(values)
+    assert min(values) <= p["p50"] <= p["p90"] <= p["p99"] <= max(values)
+    m, iqr = ms.median_iqr(values)
+    assert iqr >= 0 and ms.median_iqr(values[::-1]) == (m, iqr)
+
+
+def test_request_metrics_from_times():
+    m = ms.RequestMetrics.from_times(1.0, [1.5, 1.5, 1.5, 2.0, 3.0], cycles=3, accepted=2,
+                                     proposed=6)
+    assert m.ttft == 0.5 and m.total == 2.0 and m.tokens == 5
+    assert m.itls == (0.0, 0.0, 0.5, 1.0)
+    assert m.itl_mean == pytest.approx(1.5 / 4)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        ms.RequestMetrics.from_times(0.0, [2.0, 1.0])
+    with pytest.raises(ValueError, match="not before start"):
+        ms.RequestMetrics.from_times(5.0, [2.0])
+    with pytest.raises(ValueError, match="at least one value"):
+        ms.RequestMetrics.from_times(0.0, [])
+
+
+def test_summarize_synthetic():
+    reqs = [ms.RequestMetrics.from_times(0.0, [0.2, 0.3, 0.4], cycles=2, accepted=1, proposed=4),
+            ms.RequestMetrics.from_times(0.4, [1.0, 1.0, 1.4], cycles=2, accepted=2, proposed=4)]
+    s = ms.summarize(reqs, wall=1.4)
+    assert s.tokens == 6 and s.requests == 2
+    assert s.throughput == pytest.approx(6 / 1.4)
+    assert s.ttft_p50 == pytest.approx(0.4)            # (0.2 + 0.6) / 2
+    assert s.itl_p50 == pytest.approx(0.1)             # gaps 0.1, 0.1, 0.0, 0.4
+    assert s.itl_mean == pytest.approx((0.2 + 0.4) / 4)
+    assert s.acceptance == pytest.approx(3 / 8)
+    assert s.tokens_per_cycle == pytest.approx(6 / 4)
+    with pytest.raises(ValueError, match="wall"):
+        ms.summarize(reqs, wall=0.0)
+    with pytest.raises(ValueError, match="at least one request"):
+        ms.summarize([], wall=1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.floats(0.0, 5.0), min_size=1, max_size=8), min_size=1, max_size=5))
+def test_summarize_properties(gap_lists):
+    reqs, t = [], 0.0
+    for gaps in gap_lists:
+        times = np.cumsum(gaps) + t
+        reqs.append(ms.RequestMetrics.from_times(t, times))
+        t = float(times[-1])
+    wall = max(t, 1e-9)
+    s = ms.summarize(reqs, wall)
+    assert s.tokens == sum(len(g) for g in gap_lists)
+    assert s.throughput == pytest.approx(s.tokens / wall)
+    assert s.ttft_p50 <= s.ttft_p90 <= s.ttft_p99
+
+
+# ----------------------------------------------------------------- decoders + clock
+def test_autoregressive_timestamps_with_fake_clock(pair):
+    target, _ = pair
+    out = dec.autoregressive(target, "hi", 5, np.random.default_rng(0), clock=ms.TickClock(1.0))
+    (m,) = ms.request_metrics(out)
+    assert out.start == 0.0 and out.emit_times[0] == (1.0, 2.0, 3.0, 4.0, 5.0)
+    assert m.ttft == 1.0 and m.itls == (1.0,) * 4 and m.total == 5.0 and m.cycles == 5
+
+
+def test_speculative_timestamps_with_fake_clock(pair):
+    target, draft = pair
+    out = dec.speculative(target, draft, ["hello", "ciao"], 9, 3, np.random.default_rng(0),
+                          clock=ms.TickClock(1.0))
+    metrics = ms.request_metrics(out)
+    for m, times, cycles in zip(metrics, out.emit_times, out.cycles):
+        assert m.tokens == 9 and len(set(times)) == cycles      # one stamp per cycle
+        assert m.ttft == times[0] - out.start
+    assert out.end == max(max(t) for t in out.emit_times) + 1.0
+
+
+def test_step_costs_with_constant_clock(pair):
+    target, draft = pair
+    rep = ms.step_costs(target, draft, (1, 3), prefix=8, repeats=5, clock=ms.TickClock(0.25))
+    assert [r["gamma"] for r in rep.rows] == [1, 3]
+    for row in rep.rows:
+        assert row["c"] == 1.0 and row["g"] == 1.0 and row["target_step_s"] == 0.25
+    with pytest.raises(ValueError, match="prefix"):
+        ms.step_costs(target, draft, (1,), prefix=70)
+
+
+def test_compare_and_concurrency_structure(pair):
+    target, draft = pair
+    settings_ = [ms.Setting("baseline", target), ms.Setting("spec g=2", target, draft, 2)]
+    prompts = {"it": ["ciao a tutti", "buona sera"], "en": ["hello there", "good night"]}
+    rep = ms.compare(settings_, prompts, max_new_tokens=6, repeats=2, memory=True,
+                     clock=ms.TickClock(0.01))
+    assert len(rep.raw) == 2 * 2 * 2 and len(rep.rows) == 4
+    spec = [r for r in rep.rows if r["setting"] == "spec g=2"]
+    assert all(r["speedup"] > 0 and r["peak_memory_mib"] > 0 for r in spec)
+    base = [r for r in rep.rows if r["setting"] == "baseline"]
+    # with a tick clock every reading costs 0.01 s: a baseline request reads the clock
+    # at its start, at each of its 6 tokens and at its end (8 readings); the run adds one
+    # reading before its 2 requests, so its wall time is 17 ticks
+    assert all(r["throughput"] == pytest.approx(12 / (17 * 0.01)) for r in base)
+    md = rep.to_markdown(metadata=True)
+    assert "| language | setting |" in md and "prompt_distribution" in md
+    conc = ms.concurrency(target, draft, ["a b c", "d e f", "g h i"], batch_sizes=(1, 3),
+                          max_new_tokens=5, repeats=1, clock=ms.TickClock(0.01))
+    assert {(r["batch"], r["setting"]) for r in conc.rows} == {
+        (1, "baseline"), (3, "baseline"), (1, "speculative gamma=2"), (3, "speculative gamma=2")}
+    with pytest.raises(ValueError, match="need at least 3 prompts"):
+        ms.concurrency(target, draft, ["a"], batch_sizes=(3,))
+
+
+def test_setting_validation(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="gamma"):
+        ms.Setting("x", target, draft, 0)
+    with pytest.raises(ValueError, match="gamma: only meaningful"):
+        ms.Setting("x", target, None, 2)
+    with pytest.raises(ValueError, match="names must be distinct"):
+        ms.compare([ms.Setting("a", target), ms.Setting("a", target)], {"it": ["x"]})
+
+
+def test_peak_memory_counts_numpy_buffers():
+    peak = ms.peak_memory(lambda: np.ones(2**20))        # 8 MiB
+    assert 8 * 2**20 <= peak < 9 * 2**20
+
+
+def test_environment_and_markdown():
+    env = ms.environment()
+    for key in ("cpu", "cores", "blas", "numpy", "python"):
+        assert key in env
+    assert ms.markdown_table([{"a": 1, "b": float("nan")}]).endswith("| 1 | - |")

@@ -1,0 +1,462 @@
+"""Train the small byte-level target and draft transformers used in chapter 8.
+
+Run through ``make models``. The script needs PyTorch (CPU build, ``torch==2.13.0``)
+and the Debian packages ``fortunes fortunes-min fortunes-it fortunes-es fortunes-zh``;
+the book itself needs neither: it reads the weights (``models/*.npz``), the manifest
+(``models/manifest.json``) and a small committed held-out sample
+(``models/heldout.json``) with the numpy implementation in :mod:`specdec.nn`.
+
+Steps (each can be run alone, see ``--help``):
+
+``corpus``
+    Read the fortunes of each language from the installed packages, clean them
+    (ANSI colour codes and overstrike sequences removed; the Spanish ``off/`` folder
+    excluded), split every language's items into training and held-out sets by a hash
+    of the item text, and write ``models/heldout.json`` (a few KB of held-out text and
+    prompts per language).
+``train``
+    Train the three models with fixed seeds on two CPU threads and write
+    ``models/<name>.npz``.
+``manifest``
+    Write ``models/manifest.json``: architecture, shapes, parameter counts, training
+    times, corpus hash, validation bits per byte per language, versions, seeds and
+    licences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import unicodedata
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS_DIR = ROOT / "models"
+sys.path.insert(0, str(ROOT))
+
+LANGUAGES = ("it", "en", "zh", "es")
+PACKAGES = {
+    "en": ("fortunes", "fortunes-min"),
+    "it": ("fortunes-it",),
+    "es": ("fortunes-es",),
+    "zh": ("fortunes-zh",),
+}
+LICENCES = {
+    "fortunes": "BSD-3-Clause (fortune-mod collection, University of California)",
+    "fortunes-min": "BSD-3-Clause (fortune-mod collection, University of California)",
+    "fortunes-it": "public domain / freeware per its COPYING-POLICY (quotations collection)",
+    "fortunes-es": "GPL-2+",
+    "fortunes-zh": "GPL-3+",
+}
+FORTUNE_DIR = "/usr/share/games/fortunes/"
+HOLDOUT_SHARE = 0.05          # share of each language's items held out (hash-based)
+SAMPLE_BYTES = 6000           # held-out text per language committed in heldout.json
+PROMPTS_PER_LANGUAGE = 48     # prompts per language committed in heldout.json
+PROMPT_BYTES = 32             # prompt length in bytes (cut at a character boundary)
+SEPARATOR = "\n%\n"           # fortune separator kept in the training stream
+
+# Architectures. Linear layers have no biases; LayerNorms have weight and bias;
+# the output head is tied to the token embedding; positions are learned.
+ARCHS = {
+    "target": dict(n_layers=8, d_model=128, n_heads=4, context=128, vocab_size=256),
+    "draft": dict(n_layers=1, d_model=64, n_heads=4, context=128, vocab_size=256),
+    "target_wide": dict(n_layers=4, d_model=256, n_heads=4, context=128, vocab_size=256),
+}
+TRAINING = {
+    "target": dict(steps=900, batch=32, lr=2e-3, seed=11),
+    "draft": dict(steps=4000, batch=32, lr=5e-3, seed=12),
+    "target_wide": dict(steps=375, batch=32, lr=1.5e-3, seed=13),
+}
+CORPUS_SEED = 7
+THREADS = 2
+
+# --------------------------------------------------------------------------- corpus
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_OVERSTRIKE = re.compile(r".\x08")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def package_files(package: str) -> list[Path]:
+    """Regular fortune files shipped by a Debian package (no .dat, no symlinks, no off/)."""
+    out = subprocess.run(["dpkg", "-L", package], check=True, capture_output=True,
+                         text=True).stdout.split("\n")
+    files = []
+    for line in out:
+        path = Path(line.strip())
+        if not line.startswith(FORTUNE_DIR) or "/off/" in line or line.endswith(".dat"):
+            continue
+        if path.is_symlink() or not path.is_file():
+            continue
+        files.append(path)
+    return sorted(set(files))
+
+
+def clean(text: str) -> str:
+    """Remove colour codes, overstrike and control characters; NFC-normalise."""
+    text = _ANSI.sub("", text)
+    while _OVERSTRIKE.search(text):
+        text = _OVERSTRIKE.sub("", text)
+    text = text.replace("\r\n", "\n").replace("\t", "    ")
+    text = _CONTROL.sub("", text)
+    return unicodedata.normalize("NFC", text)
+
+
+def split_items(text: str) -> list[str]:
+    """Fortunes are separated by lines that contain only ``%``."""
+    items, current = [], []
+    for line in text.split("\n"):
+        if line.strip() == "%":
+            items.append("\n".join(current))
+            current = []
+        else:
+            current.append(line.rstrip())
+    items.append("\n".join(current))
+    return [item.strip("\n") for item in items if item.strip()]
+
+
+def holdout_score(lang: str, item: str) -> float:
+    """Deterministic uniform number in [0, 1) from the item text (split key)."""
+    digest = hashlib.sha256(f"{lang}\x00{item}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+@dataclass(frozen=True)
+class Corpus:
+    train: dict[str, bytes]
+    heldout_items: dict[str, list[str]]
+    files: dict[str, list[str]]
+    stats: dict[str, dict]
+    sha256: str
+
+
+def build_corpus() -> Corpus:
+    train, heldout, files, stats = {}, {}, {}, {}
+    hasher = hashlib.sha256()
+    for lang in LANGUAGES:
+        items, lang_files = [], []
+        for package in PACKAGES[lang]:
+            for path in package_files(package):
+                raw = path.read_bytes().decode("utf-8", errors="replace")
+                items.extend(split_items(clean(raw)))
+                lang_files.append(f"{package}:{path}")
+        items = list(dict.fromkeys(items))          # de-duplicate, keep first occurrence
+        held = [it for it in items if holdout_score(lang, it) < HOLDOUT_SHARE]
+        kept = [it for it in items if holdout_score(lang, it) >= HOLDOUT_SHARE]
+        train[lang] = "".join(it + SEPARATOR for it in kept).encode("utf-8")
+        heldout[lang] = held
+        files[lang] = lang_files
+        text_all = "".join(items)
+        cjk = sum(1 for ch in text_all if "\u4e00" <= ch <= "\u9fff")
+        stats[lang] = dict(items=len(items), heldout_items=len(held),
+                           characters=len(text_all), train_bytes=len(train[lang]),
+                           heldout_bytes=len("".join(it + SEPARATOR for it in held).encode()),
+                           cjk_share=round(cjk / max(len(text_all), 1), 4))
+        hasher.update(lang.encode() + b"\x00" + train[lang])
+        for it in held:
+            hasher.update(it.encode("utf-8") + b"\x00")
+    return Corpus(train, heldout, files, stats, hasher.hexdigest())
+
+
+def cut_prefix(text: str, max_bytes: int) -> str:
+    """Longest prefix of ``text`` whose UTF-8 encoding fits in ``max_bytes``."""
+    out = text.encode("utf-8")[:max_bytes]
+    return out.decode("utf-8", errors="ignore")
+
+
+def heldout_sample(corpus: Corpus) -> dict:
+    """The committed sample: held-out text (for bits/byte) and prompts per language."""
+    sample = {"description": (
+        "Held-out fortunes (never trained on), a few KB per language, and request "
+        "prompts cut from the beginning of held-out items. Items are in corpus order; "
+        f"the split keeps items whose sha256(lang, text) score is below {HOLDOUT_SHARE}."),
+        "separator": SEPARATOR, "prompt_bytes": PROMPT_BYTES, "languages": {}}
+    for lang in LANGUAGES:
+        items = corpus.heldout_items[lang]
+        rng = np.random.default_rng([CORPUS_SEED, LANGUAGES.index(lang)])
+        order = rng.permutation(len(items))
+        text_items, size = [], 0
+        for i in order:
+            item = items[i]
+            n = len((item + SEPARATOR).encode("utf-8"))
+            if size + n > SAMPLE_BYTES:
+                continue
+            text_items.append(item)
+            size += n
+        prompts = []
+        for i in order[::-1]:
+            prompt = cut_prefix(" ".join(items[i].split()), PROMPT_BYTES)
+            if len(prompt.encode("utf-8")) >= PROMPT_BYTES - 3 and prompt not in prompts:
+                prompts.append(prompt)
+            if len(prompts) == PROMPTS_PER_LANGUAGE:
+                break
+        sample["languages"][lang] = {"text": "".join(it + SEPARATOR for it in text_items),
+                                     "prompts": prompts}
+    return sample
+
+
+# ---------------------------------------------------------------------------- model
+
+def torch_model(arch: dict):
+    """The PyTorch twin of :class:`specdec.nn.Transformer` (same parameter names)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class Block(nn.Module):
+        def __init__(self, d: int, heads: int):
+            super().__init__()
+            self.heads = heads
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d, bias=False)
+            self.proj = nn.Linear(d, d, bias=False)
+            self.ln2 = nn.LayerNorm(d)
+            self.fc = nn.Linear(d, 4 * d, bias=False)
+            self.out = nn.Linear(4 * d, d, bias=False)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            shape = (b, t, self.heads, d // self.heads)
+            q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self, n_layers, d_model, n_heads, context, vocab_size):
+            super().__init__()
+            self.tok_emb = nn.Embedding(vocab_size, d_model)
+            self.pos_emb = nn.Embedding(context, d_model)
+            self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+            self.ln_f = nn.LayerNorm(d_model)
+            for name, p in self.named_parameters():
+                if name.endswith("weight") and p.ndim == 2:
+                    std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                    nn.init.normal_(p, 0.0, std)
+
+        def forward(self, idx):
+            t = idx.shape[1]
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.ln_f(x) @ self.tok_emb.weight.T
+
+    return GPT(**arch)
+
+
+def to_numpy_weights(model) -> dict[str, np.ndarray]:
+    """Torch state -> the numpy layout of :mod:`specdec.nn` (linear weights as (in, out))."""
+    out = {}
+    for name, tensor in model.state_dict().items():
+        array = tensor.detach().cpu().numpy().astype(np.float32)
+        if name.endswith(("qkv.weight", "proj.weight", "fc.weight", "out.weight")):
+            array = np.ascontiguousarray(array.T)
+        out[name] = array
+    return out
+
+
+def from_numpy_weights(model, weights: dict[str, np.ndarray]):
+    """Load a :mod:`specdec.nn` weight dict into the torch twin (for tests)."""
+    import torch
+    state = {}
+    for name, array in weights.items():
+        if name.startswith("__"):
+            continue
+        if name.endswith(("qkv.weight", "proj.weight", "fc.weight", "out.weight")):
+            array = array.T
+        state[name] = torch.from_numpy(np.ascontiguousarray(array))
+    model.load_state_dict(state)
+    return model
+
+
+def batches(corpus_train: dict[str, bytes], batch: int, context: int, rng: np.random.Generator):
+    """Random windows of ``context + 1`` bytes, the same number from every language."""
+    arrays = [np.frombuffer(corpus_train[lang], dtype=np.uint8) for lang in LANGUAGES]
+    per = batch // len(arrays)
+    while True:
+        rows = []
+        for arr in arrays:
+            starts = rng.integers(0, len(arr) - context - 1, size=per)
+            rows.extend(arr[s:s + context + 1] for s in starts)
+        yield np.stack(rows).astype(np.int64)
+
+
+def train_one(name: str, corpus: Corpus, log=print) -> dict:
+    import torch
+    from torch.nn import functional as F
+    torch.set_num_threads(THREADS)
+    arch, cfg = ARCHS[name], TRAINING[name]
+    torch.manual_seed(cfg["seed"])
+    rng = np.random.default_rng(cfg["seed"])
+    model = torch_model(arch)
+    decay = [p for n, p in model.named_parameters() if p.ndim == 2]
+    other = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=cfg["lr"], betas=(0.9, 0.95))
+    steps, warmup = cfg["steps"], max(cfg["steps"] // 20, 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, 0.5 * (
+        1 + math.cos(math.pi * min(s / steps, 1.0)))) if s >= warmup else (s + 1) / warmup)
+    stream = batches(corpus.train, cfg["batch"], arch["context"], rng)
+    start, losses = time.perf_counter(), []
+    model.train()
+    for step in range(steps):
+        xy = torch.from_numpy(next(stream))
+        logits = model(xy[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, arch["vocab_size"]), xy[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+        if step % 100 == 0 or step == steps - 1:
+            log(f"[{name}] step {step:5d}/{steps} loss {loss.item():.4f} "
+                f"({(time.perf_counter() - start):.0f} s)")
+    seconds = time.perf_counter() - start
+    model.eval()
+    heldout_bpb = {}
+    with torch.no_grad():
+        for lang in LANGUAGES:
+            data = "".join(it + SEPARATOR for it in corpus.heldout_items[lang]).encode("utf-8")
+            heldout_bpb[lang] = torch_bits_per_byte(model, data, arch["context"])
+    weights = to_numpy_weights(model)
+    n_params = int(sum(p.numel() for p in model.parameters()))
+    np.savez(MODELS_DIR / f"{name}.npz", **weights)
+    info = dict(name=name, architecture=arch, training=dict(cfg, threads=THREADS,
+                optimizer="AdamW(betas=(0.9, 0.95), weight_decay=0.1 on matrices)",
+                schedule="linear warm-up 5%, cosine decay", grad_clip=1.0,
+                windows_per_language_per_batch=cfg["batch"] // len(LANGUAGES)),
+                parameters=n_params, training_seconds=round(seconds, 1),
+                final_train_loss_nats=round(float(np.mean(losses[-50:])), 4),
+                heldout_bits_per_byte_full=heldout_bpb)
+    (MODELS_DIR / f"{name}.train.json").write_text(json.dumps(info, indent=2) + "\n")
+    log(f"[{name}] done in {seconds:.0f} s; held-out bits/byte {heldout_bpb}")
+    return info
+
+
+def torch_bits_per_byte(model, data: bytes, context: int) -> float:
+    """Mean next-byte cross-entropy in bits over non-overlapping windows of ``context``."""
+    import torch
+    from torch.nn import functional as F
+    arr = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+    total, count = 0.0, 0
+    for s in range(0, len(arr) - 1, context):
+        w = torch.from_numpy(arr[s:s + context])[None]
+        if w.shape[1] < 2:
+            break
+        logits = model(w)
+        total += float(F.cross_entropy(logits[0, :-1], w[0, 1:], reduction="sum"))
+        count += w.shape[1] - 1
+    return round(total / count / math.log(2), 4)
+
+
+# ------------------------------------------------------------------------- manifest
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_manifest(corpus_info: dict) -> dict:
+    import torch
+    from specdec import nn as snn
+    sample = snn.load_heldout(MODELS_DIR)
+    models = {}
+    for name in ARCHS:
+        info = json.loads((MODELS_DIR / f"{name}.train.json").read_text())
+        model = snn.Transformer.load(MODELS_DIR / f"{name}.npz")
+        info["shapes"] = {k: list(v.shape) for k, v in model.weights.items()}
+        info["file"] = f"{name}.npz"
+        info["sha256"] = file_sha256(MODELS_DIR / f"{name}.npz")
+        info["sample_bits_per_byte"] = {
+            lang: round(snn.bits_per_byte(model, sample[lang]["text"].encode("utf-8")), 4)
+            for lang in LANGUAGES}
+        models[name] = info
+    manifest = dict(
+        description="Byte-level transformers trained on multilingual fortunes for chapter 8.",
+        tokens="UTF-8 bytes (vocabulary 256)", precision="float32",
+        models=models,
+        bits_per_byte=dict(
+            definition=("mean next-byte cross-entropy in bits over consecutive "
+                        "non-overlapping windows of `context` bytes; the first byte of each "
+                        "window is conditioned on nothing and not scored"),
+            heldout_bits_per_byte_full="all held-out items of the language (torch)",
+            sample_bits_per_byte="the committed sample models/heldout.json (numpy, specdec.nn)"),
+        corpus=corpus_info,
+        heldout_sample=dict(file="heldout.json", sha256=file_sha256(MODELS_DIR / "heldout.json")),
+        versions=dict(torch=torch.__version__, numpy=np.__version__,
+                      python=platform.python_version()),
+        threads=THREADS,
+        machine=dict(processor=_cpu_model(), cores=os.cpu_count()),
+    )
+    (MODELS_DIR / "manifest.json").write_text(json.dumps(manifest, indent=2,
+                                                          ensure_ascii=False) + "\n")
+    return manifest
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def corpus_step() -> dict:
+    corpus = build_corpus()
+    MODELS_DIR.mkdir(exist_ok=True)
+    sample = heldout_sample(corpus)
+    (MODELS_DIR / "heldout.json").write_text(json.dumps(sample, indent=1, ensure_ascii=False) + "\n")
+    info = dict(sha256=corpus.sha256, holdout_share=HOLDOUT_SHARE,
+                split="sha256(lang + NUL + item) as a number in [0, 1) < holdout_share",
+                separator=SEPARATOR, cleaning=("ANSI colour codes, overstrike (x BACKSPACE) "
+                "and other control characters removed; tabs to 4 spaces; NFC"),
+                excluded="fortunes-es off/ (offensive) folder",
+                packages={p: dict(licence=LICENCES[p], version=_dpkg_version(p))
+                          for ps in PACKAGES.values() for p in ps},
+                languages=corpus.stats, files=corpus.files)
+    (MODELS_DIR / "corpus.json").write_text(json.dumps(info, indent=2) + "\n")
+    return corpus, info
+
+
+def _dpkg_version(package: str) -> str:
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("steps", nargs="*", default=["corpus", "train", "manifest"],
+                        choices=["corpus", "train", "manifest"])
+    parser.add_argument("--models", nargs="*", default=list(ARCHS), choices=list(ARCHS))
+    args = parser.parse_args(argv)
+    corpus = None
+    if "corpus" in args.steps or "train" in args.steps:
+        corpus, info = corpus_step()
+        print(json.dumps(info["languages"], indent=1))
+    if "train" in args.steps:
+        for name in args.models:
+            train_one(name, corpus)
+    if "manifest" in args.steps:
+        info = json.loads((MODELS_DIR / "corpus.json").read_text())
+        write_manifest(info)
+        print(f"wrote {MODELS_DIR / 'manifest.json'}")
+
+
+if __name__ == "__main__":
+    main()
