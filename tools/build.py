@@ -351,7 +351,7 @@ def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: i
 
     if tasks:
         check_kernel()
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
         import multiprocessing
 
         workers = max(1, min(jobs, len(tasks)))
@@ -364,8 +364,8 @@ def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: i
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                  initargs=(kernel_environment(layout), str(log))) as pool:
             futures = {pool.submit(execute_notebook, t): t["name"] for t in tasks}
-            for future, name in futures.items():
-                result = future.result()
+            for future in as_completed(futures):
+                name, result = futures[future], future.result()
                 row = by_name[name]
                 row.update(ok=result["ok"], seconds=result["seconds"])
                 if not result["ok"]:
@@ -403,6 +403,39 @@ def publish_chapters(layout: Layout, rows: list[dict]) -> None:
 
 
 # --------------------------------------------------------------------------- rendering
+
+
+def prepare_book(layout: Layout, names: list[str]) -> None:
+    """Generate the book's derived inputs, just before rendering.
+
+    * ``book/execution-stats.md`` from the executed notebooks (tools/execution_stats.py);
+      deterministic, so it only changes when a notebook does.
+    * MathJax, served by the HTML itself (tools/vendor.py): fetched once into this
+      repository's ``.cache/vendor`` and copied from there into another book root.
+    """
+    sys.path.insert(0, str(TOOLS))
+    if (TOOLS / "execution_stats.py").exists():
+        import execution_stats
+
+        execution_stats.write_page(layout.chapters, layout.book_dir / "execution-stats.md", names)
+    if (TOOLS / "vendor.py").exists():
+        import vendor
+
+        try:
+            vendor.ensure_mathjax(REPO)
+            vendor.ensure_mathjax(layout.root)
+        except vendor.VendorError as exc:
+            raise BuildError(str(exc)) from None
+
+
+def _point_to_source(line: str, layout: Layout) -> str:
+    """Shorten paths in a Sphinx message and name the source of an executed notebook."""
+    line = line.replace(str(layout.root) + os.sep, "")
+    chapters = re.escape(layout.rel(layout.chapters).replace(os.sep, "/"))
+    m = re.search(rf"{chapters}/([^/\s:]+)\.ipynb", line)
+    if m:
+        line += f"  [source: {layout.rel(layout.notebooks / (m.group(1) + '.md'))}]"
+    return line
 
 
 def prepare_render(layout: Layout) -> None:
@@ -447,7 +480,7 @@ def render_html(layout: Layout) -> tuple[str, float]:
     built = staging / "_build" / "html"
     if proc.returncode != 0 or problems or not (built / "index.html").exists():
         shutil.rmtree(staging, ignore_errors=True)
-        tail = problems or output.strip().splitlines()[-25:]
+        tail = [_point_to_source(ln, layout) for ln in problems] or output.strip().splitlines()[-25:]
         raise BuildError(
             "jupyter-book failed (Sphinx warnings are errors; _build/html was left as it was):\n"
             + "\n".join("  " + ln for ln in tail)
@@ -492,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chapters-dir", help="executed notebooks (default: ROOT/book/chapters)")
     parser.add_argument("--out", help="build output (default: ROOT/_build)")
     parser.add_argument("--cache", help="executed-notebook cache (default: ROOT/.cache)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel notebooks")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parser.add_argument("--jobs", type=int, default=cores or 1, help="parallel notebooks")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     parser.add_argument("--force", action="store_true", help="re-execute every notebook")
     parser.add_argument("--no-html", action="store_true", help="execute only, skip jupyter-book")
@@ -521,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         publish_chapters(layout, rows)
         html = None
         if not args.no_html:
+            prepare_book(layout, [r["name"] for r in rows])
             html = render_html(layout)
         print_table(rows, html, time.perf_counter() - wall)
         if html is not None:
