@@ -8,9 +8,9 @@ rendered), so that a page always describes the run that made its numbers:
   whether the working tree had uncommitted changes), Python and key package versions,
   execution date and duration.
 
-:func:`show_provenance` also attaches a machine-readable copy of the record to its output
-(MIME type :data:`PROVENANCE_MIME`), which the build reads to write the book's
-execution-statistics page.
+:func:`show_provenance` also attaches a machine-readable copy of the record to the
+metadata of its output (key :data:`PROVENANCE_MIME`), which the build reads to write the
+book's execution-statistics page; renderers ignore output metadata.
 
 Nothing here is part of the notebook's source or parameters, so recording provenance never
 changes the fingerprint that decides whether a notebook must be executed again.
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-#: MIME type of the JSON record that :func:`show_provenance` attaches to its output.
+#: Key of the JSON record that :func:`show_provenance` puts in its output's metadata.
 PROVENANCE_MIME = "application/vnd.specdec.provenance+json"
 
 #: Distributions whose versions every provenance record lists (when installed).
@@ -300,8 +300,8 @@ def show_provenance(*, seed: int, trials: int | None = None,
                     started: float | _dt.datetime | None = None) -> None:
     """Display the provenance box (the last cell of every chapter).
 
-    The output carries the Markdown box and, under :data:`PROVENANCE_MIME`, the record as
-    JSON for the execution-statistics page.
+    The output carries the Markdown box and, in its metadata under
+    :data:`PROVENANCE_MIME`, the record as JSON for the execution-statistics page.
 
     Parameters
     ----------
@@ -315,8 +315,8 @@ def show_provenance(*, seed: int, trials: int | None = None,
 
     record = collect_provenance(seed=seed, trials=trials, started=started)
     display({"text/markdown": provenance_markdown(record),
-             "text/plain": f"Provenance(seed={seed}, trials={trials}, commit={record.git.short})",
-             PROVENANCE_MIME: record.as_dict()}, raw=True)
+             "text/plain": f"Provenance(seed={seed}, trials={trials}, commit={record.git.short})"},
+            metadata={PROVENANCE_MIME: record.as_dict()}, raw=True)
 
 
 def run_parameters_markdown(*, seed: int, trials: int | None = None) -> str:

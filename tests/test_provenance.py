@@ -96,16 +96,18 @@ def test_provenance_markdown_is_an_admonition_with_every_fact():
     assert "none (exact computation)" in provenance.provenance_markdown(exact)
 
 
-def test_show_provenance_displays_markdown_and_json_and_returns_nothing(monkeypatch):
+def test_show_provenance_displays_markdown_with_json_metadata_and_returns_nothing(monkeypatch):
     shown = []
     import IPython.display
 
-    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, metadata=None, raw=False: shown.append((obj, metadata, raw)))
     assert provenance.show_provenance(seed=3, trials=7) is None
-    (bundle, raw), = shown
+    (bundle, metadata, raw), = shown
     assert raw is True
     assert bundle["text/markdown"].startswith(":::{admonition} Provenance of this page")
-    record = bundle[provenance.PROVENANCE_MIME]
+    assert set(bundle) == {"text/markdown", "text/plain"}  # renderers know both
+    record = metadata[provenance.PROVENANCE_MIME]
     assert record["seed"] == 3 and record["trials"] == 7 and record["duration"] >= 0
 
 

@@ -438,25 +438,8 @@ def _point_to_source(line: str, layout: Layout) -> str:
     return line
 
 
-def prepare_render(layout: Layout) -> None:
-    """Generated inputs of the rendering: vendored MathJax (fetched once, tools/vendor.py)
-    and the execution-statistics page (tools/execution_stats.py), both git-ignored."""
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    import execution_stats
-    import vendor
-
-    try:
-        vendor.ensure_mathjax(layout.root)
-    except vendor.VendorError as exc:
-        raise BuildError(str(exc)) from None
-    execution_stats.write_page(layout.chapters, layout.book_dir / "execution-stats.md",
-                               [name for name, _ in chapter_sources(layout)])
-
-
 def render_html(layout: Layout) -> tuple[str, float]:
     """Build the HTML unless nothing it reads changed; returns (status, seconds)."""
-    prepare_render(layout)
     html = layout.out / "html"
     stamp_name = ".fingerprint"
     fp = book_fingerprint(layout)
@@ -474,6 +457,8 @@ def render_html(layout: Layout) -> tuple[str, float]:
                "--config", str(layout.config), "--toc", str(layout.toc),
                "--path-output", str(staging)]
     env = dict(os.environ, PYTHONHASHSEED="0")
+    # The book's Sphinx extension (tools/book_ext.py) is importable whatever the book root.
+    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     proc = subprocess.run(command, cwd=layout.root, env=env, capture_output=True, text=True)
     output = ANSI.sub("", proc.stdout + proc.stderr)
     problems = [ln for ln in output.splitlines() if re.search(r"WARNING|ERROR|CRITICAL", ln)]

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Fetch, once, the third-party files the HTML serves itself, so no page loads anything
+from another site: MathJax 3 (npm package ``mathjax``).
+
+    python tools/vendor.py [--root DIR]
+
+The package is fetched with ``npm pack`` from the npm registry, checked against the
+integrity hash pinned below, and the files a page can load (the ``tex-mml-chtml``
+component, its fonts and the extensions and accessibility modules it loads on demand) are
+unpacked to ``.cache/vendor/html/mathjax/`` (git-ignored, about 10 MB). ``_config.yml``
+lists ``.cache/vendor/html`` in ``html_extra_path``, so Sphinx copies it to
+``_build/html/mathjax/`` (not under ``_static/``, whose scripts Jupyter Book would add to
+every page), and ``mathjax_path`` points there.
+
+Only the standard library is used. ``tools/build.py`` calls :func:`ensure_mathjax` before
+rendering; ``make vendor`` runs this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+MATHJAX_VERSION = "3.2.2"
+# `npm view mathjax@3.2.2 dist.integrity`
+MATHJAX_INTEGRITY = ("sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/"
+                     "FEsPsjKPZGJvtRZM1vO+geW0OhGw==")
+# What a page can load: the combined component, then whatever it loads on demand.
+MATHJAX_KEEP = ("LICENSE", "es5/tex-mml-chtml.js", "es5/input/", "es5/output/chtml",
+                "es5/output/chtml.js", "es5/a11y/", "es5/ui/", "es5/sre/", "es5/adaptors/")
+
+VENDOR_HTML = Path(".cache") / "vendor" / "html"  # relative to the book root
+MATHJAX_ENTRY = "mathjax/tex-mml-chtml.js"  # relative to the HTML root
+
+
+class VendorError(Exception):
+    """Fetching failed in a way the user can act on (message says what to do)."""
+
+
+def mathjax_dir(root: Path = REPO) -> Path:
+    return Path(root) / VENDOR_HTML / "mathjax"
+
+
+def _stamp(target: Path) -> Path:
+    return target / ".vendored-version"
+
+
+def is_vendored(root: Path = REPO) -> bool:
+    target = mathjax_dir(root)
+    stamp = _stamp(target)
+    return (stamp.exists() and stamp.read_text().strip() == MATHJAX_VERSION
+            and (target / "tex-mml-chtml.js").exists())
+
+
+def _check_integrity(data: bytes, integrity: str) -> None:
+    algo, _, expected = integrity.partition("-")
+    got = base64.b64encode(hashlib.new(algo, data).digest()).decode()
+    if got != expected:
+        raise VendorError(f"mathjax@{MATHJAX_VERSION}: integrity mismatch "
+                          f"(expected {integrity}, got {algo}-{got}); refusing to use it")
+
+
+def _npm_pack(spec: str) -> bytes:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise VendorError(
+            "npm not found: the offline HTML serves MathJax from the npm package "
+            f"{spec}; install Node.js and npm (Debian: `apt-get install nodejs npm`) "
+            "and run `make vendor` again")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([npm, "pack", spec, "--silent", "--pack-destination", tmp],
+                              capture_output=True, text=True, cwd=tmp)
+        tarballs = list(Path(tmp).glob("*.tgz"))
+        if proc.returncode != 0 or len(tarballs) != 1:
+            raise VendorError(f"`npm pack {spec}` failed:\n{proc.stderr.strip()}")
+        return tarballs[0].read_bytes()
+
+
+def _extract(data: bytes, target: Path) -> None:
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            name = member.name.removeprefix("package/")
+            if not member.isfile() or not any(
+                name == keep or name.startswith(keep.rstrip("/") + "/") for keep in MATHJAX_KEEP
+            ):
+                continue
+            rel = name.removeprefix("es5/")
+            out = staging / rel
+            if not out.resolve().is_relative_to(staging.resolve()):
+                raise VendorError(f"mathjax tarball: unsafe path {member.name!r}")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(tar.extractfile(member).read())
+    _stamp(staging).write_text(MATHJAX_VERSION + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def ensure_mathjax(root: Path = REPO, *, quiet: bool = False) -> Path:
+    """Make ``ROOT/.cache/vendor/html/mathjax`` hold MathJax; fetch it only if missing.
+
+    A book root other than this repository (e.g. a test's temporary book) gets a copy of
+    this repository's vendored files when they exist, so the registry is asked once.
+
+    Returns
+    -------
+    Path
+        The vendored MathJax directory.
+
+    Raises
+    ------
+    VendorError
+        npm missing, the fetch failed, or the tarball does not match the pinned hash.
+    """
+    root = Path(root).resolve()
+    target = mathjax_dir(root)
+    if is_vendored(root):
+        return target
+    if root != REPO and is_vendored(REPO):
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(mathjax_dir(REPO), target)
+        return target
+    if not quiet:
+        print(f"fetching mathjax@{MATHJAX_VERSION} from the npm registry (once)...", flush=True)
+    data = _npm_pack(f"mathjax@{MATHJAX_VERSION}")
+    _check_integrity(data, MATHJAX_INTEGRITY)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _extract(data, target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=str(REPO), help="book root (default: this repository)")
+    args = parser.parse_args(argv)
+    try:
+        path = ensure_mathjax(Path(args.root))
+    except VendorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"mathjax {MATHJAX_VERSION}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
