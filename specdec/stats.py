@@ -545,6 +545,8 @@ def trials_to_detect(tv: float | None, *, false_alarm: float = 1e-9, power: floa
             raise LawError(f"tv: must be a number in (0, 1] (got {tv!r})") from None
         if not (0.0 < tv <= 1.0):
             raise LawError(f"tv: must be in (0, 1] (got {tv!r})")
+        if lw is not None and (lw > 0).sum() < 2:
+            raise LawError("law: needs at least two tokens of positive probability to test")
         kl = _worst_case_kl(tv, lw)
     if not (tv > 0) or kl <= 0:
         raise LawError("tv: must be > 0 (a sampler with no bias cannot be detected)")
