@@ -1,0 +1,129 @@
+"""Speed of the token-level Monte Carlo engines, on one core.
+
+Prints, from a single run:
+
+* the vectorised engine (:func:`specdec.simulate.simulate_step`) on the article's
+  example with rules ("correct", "fallback_p"), in trials per second;
+* the rate at which numpy's Generator alone produces the float32 uniforms that engine
+  consumes (same chunking), i.e. the ceiling set by random-number generation;
+* the pure-Python reference protocol (:func:`specdec.simulate.article_reference_run`);
+* the ratios between them, and the engine with all rules at once;
+* the tracemalloc peak of the engine for two trial counts (memory must stay flat).
+
+Run with ``.venv/bin/python benchmarks/bench_token.py`` (the script pins itself to one
+CPU and one BLAS/OpenMP thread). Timings are best-of-``REPEATS`` wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import sys  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from specdec.simulate import article_reference_run, simulate_step  # noqa: E402
+from specdec.token import ARTICLE_P, ARTICLE_Q, RULES, rejection_probability  # noqa: E402
+
+TRIALS = 200_000_000  # engine trials per repeat
+PY_TRIALS = 200_000  # the article's run
+CHUNK = 2**20
+REPEATS = 3
+RULES_MAIN = ("correct", "fallback_p")
+
+
+def pin_to_one_core() -> str:
+    """Restrict this process to one CPU when the platform allows it."""
+    if hasattr(os, "sched_setaffinity"):
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        return f"pinned to CPU {cpu}"
+    return "not pinned (no sched_setaffinity on this platform)"
+
+
+def best_time(fn, repeats: int = REPEATS) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def engine_seconds(trials: int, rules=RULES_MAIN) -> float:
+    rng = np.random.default_rng(20260923)
+    return best_time(lambda: simulate_step(ARTICLE_P, ARTICLE_Q, trials, rng, rules, chunk=CHUNK))
+
+
+def uniforms_seconds(count: int) -> float:
+    """Time numpy's Generator needs for ``count`` float32 uniforms, chunked like the engine."""
+    rng = np.random.default_rng(1)
+    buf = np.empty(CHUNK, dtype=np.float32)
+
+    def run():
+        left = count
+        while left > 0:
+            n = min(left, CHUNK)
+            rng.random(dtype=np.float32, out=buf[:n])
+            left -= n
+
+    return best_time(run)
+
+
+def python_seconds() -> float:
+    return best_time(lambda: article_reference_run(PY_TRIALS), repeats=1)
+
+
+def peak_bytes(trials: int) -> int:
+    rng = np.random.default_rng(0)
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    simulate_step(ARTICLE_P, ARTICLE_Q, trials, rng, RULES_MAIN, chunk=CHUNK)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def main() -> int:
+    print(f"specdec token benchmark: numpy {np.__version__}, Python {sys.version.split()[0]}, "
+          f"{pin_to_one_core()}")
+    z = rejection_probability(ARTICLE_P, ARTICLE_Q)
+    # one uniform per trial, plus one per rejection for the fallback recovery (the correct
+    # rule's residual has a single support point here and needs none)
+    consumed = int(TRIALS * (1 + z))
+
+    t_engine = engine_seconds(TRIALS)
+    t_uniforms = uniforms_seconds(consumed)
+    t_python = python_seconds()
+    t_all = engine_seconds(TRIALS // 4, RULES)
+
+    r_engine = TRIALS / t_engine
+    r_uniform = TRIALS / t_uniforms  # trials per second if generating uniforms were all
+    r_python = PY_TRIALS / t_python
+    r_all = (TRIALS // 4) / t_all
+
+    print(f"{'engine, rules correct+fallback_p':44s} {r_engine / 1e6:10.1f} M trials/s")
+    print(f"{'numpy Generator alone (same uniforms)':44s} {r_uniform / 1e6:10.1f} M trials/s "
+          f"({consumed / t_uniforms / 1e6:.0f} M float32 uniforms/s)")
+    print(f"{'pure-Python reference protocol':44s} {r_python / 1e6:10.3f} M trials/s")
+    print(f"{'engine, all ' + str(len(RULES)) + ' rules at once':44s} {r_all / 1e6:10.1f} M trials/s")
+    print(f"ratio engine / uniforms alone   = {r_engine / r_uniform:8.2f}")
+    print(f"ratio engine / pure Python      = {r_engine / r_python:8.0f}")
+    target = 60e6
+    print(f"target >= {target / 1e6:.0f} M trials/s on one core: {'met' if r_engine >= target else 'NOT met'}")
+
+    small, large = 10 * CHUNK, 40 * CHUNK
+    p_small, p_large = peak_bytes(small), peak_bytes(large)
+    flat = p_large <= 1.25 * p_small + 65536
+    print(f"tracemalloc peak: {small:,} trials {p_small / 2**20:.2f} MiB, "
+          f"{large:,} trials {p_large / 2**20:.2f} MiB -> memory {'flat' if flat else 'GROWS'}")
+    return 0 if flat else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
