@@ -1,0 +1,465 @@
+"""A gallery of speculative samplers: correct ones, and plausible ones with one bug each.
+
+Every sampler here follows a calling convention of :mod:`specdec.conformance` and is
+short enough to read in one glance; each buggy one differs from a correct sampler in one
+or two lines, marked ``# BUG``. They exist to show that the conformance kit catches each
+mistake (appendix "A conformance kit and a gallery of bugs"), and they are used by its
+tests. Nothing here should be used to generate text.
+
+Correct samplers
+    :func:`vectorised_correct` (laws, vectorised), :func:`library_vectorised` (the
+    library's Monte Carlo engine, :func:`specdec.simulate.simulate_tokens`),
+    :func:`processed_correct` (logits, vectorised), :func:`library_generation` (the
+    library's vectorised block engine); the library's scalar step
+    :func:`specdec.token.sample_step` and cycle :func:`specdec.block.speculative_cycle`.
+
+Bugs (numbered as in the appendix)
+    1. :func:`always_accept` - the accept test always passes.
+    2. :func:`greedy_draft` - the draft decodes greedily, the ratio uses its softmax law.
+    3. :func:`truncated_draft` - the draft samples from its top-k/top-p law, the ratio
+       uses its untruncated law.
+    4. :func:`untempered_target` - temperature applied to the draft's law but not to the
+       target's in the ratio.
+    5. :func:`drop_rejected` - on rejection, the rejected token is removed from ``p`` and
+       the rest renormalised (instead of the residual).
+    6. :func:`shared_uniform` - one uniform for the accept test and the residual draw.
+    7. :class:`StaleProposals` - proposals drafted after a rejection are reused in the
+       next cycle (block).
+    8. :class:`NoRollback` - the target's cache is not rolled back after a rejection
+       (block).
+    9. :func:`overcounting_cycle` - accounting: accepts after the first rejection are
+       counted as accepted.
+
+References
+----------
+.. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
+   Speculative Decoding", ICML 2023 (PMLR 202), Algorithm 1, Sec. 2.3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from specdec import laws, simulate, token
+from specdec.conformance import block_sampler, token_sampler
+
+__all__ = [
+    "vectorised_correct",
+    "library_vectorised",
+    "processed_correct",
+    "always_accept",
+    "greedy_draft",
+    "truncated_draft",
+    "untempered_target",
+    "drop_rejected",
+    "shared_uniform",
+    "StaleProposals",
+    "NoRollback",
+    "overcounting_cycle",
+    "library_generation",
+    "GalleryEntry",
+    "BUGS",
+    "CORRECT",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Small helpers (vectorised inverse-CDF draws, and the verification of proposals)
+# --------------------------------------------------------------------------------------
+
+
+def _draw(law: np.ndarray, u):
+    """Inverse CDF: token y owns ``[cdf(y-1), cdf(y))``; never a token of probability 0."""
+    cdf = np.cumsum(law)
+    cdf[np.flatnonzero(law > 0)[-1]:] = 1.0
+    return np.searchsorted(cdf, u, side="right")
+
+
+def _verify(p: np.ndarray, q: np.ndarray, x: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Accept each proposal ``x`` with ``u < p(x)/q(x)``; replace rejections by residual draws.
+
+    ``p`` and ``q`` are the laws *the verifier believes in*; the bugs below feed it the
+    wrong ones.
+    """
+    accepted = token.speculative_accept(p[x], q[x], rng.random(x.size))
+    out = x.astype(np.int64, copy=True)
+    rejected = np.flatnonzero(~accepted)
+    if rejected.size:
+        out[rejected] = _draw(token.residual(p, q), rng.random(rejected.size))
+    return out, accepted
+
+
+def _processed(logits, settings) -> np.ndarray:
+    return laws.sampling_law(logits, **settings)
+
+
+# --------------------------------------------------------------------------------------
+# Correct samplers
+# --------------------------------------------------------------------------------------
+
+
+@token_sampler(vectorised=True)
+def vectorised_correct(p, q, rng, n):
+    """Speculative sampling, ``n`` independent steps at once.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Target and draft laws (processed).
+    rng : numpy.random.Generator
+    n : int
+        Number of steps.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Emitted token ids, shape (n,), int64; whether each was the accepted proposal,
+        shape (n,), bool.
+
+    Examples
+    --------
+    >>> tokens, accepted = vectorised_correct(np.array([0.5, 0.3, 0.2]),
+    ...     np.array([0.2, 0.5, 0.3]), np.random.default_rng(0), 4)
+    >>> tokens.shape, accepted.dtype
+    ((4,), dtype('bool'))
+    """
+    x = _draw(q, rng.random(n))
+    return _verify(p, q, x, rng)
+
+
+@token_sampler(vectorised=True)
+def library_vectorised(p, q, rng, n):
+    """The library's vectorised engine (:func:`specdec.simulate.simulate_tokens`), rule "correct"."""
+    return simulate.simulate_tokens(p, q, n, rng, rules=("correct",))["correct"]
+
+
+@token_sampler(vectorised=True, inputs="logits")
+def processed_correct(target_logits, draft_logits, rng, n, *, temperature=1.0, top_k=None,
+                      top_p=None):
+    """Speculative sampling from logits: both models' laws processed with the same settings.
+
+    Parameters
+    ----------
+    target_logits, draft_logits : numpy.ndarray, shape (V,)
+    rng : numpy.random.Generator
+    n : int
+    temperature, top_k, top_p :
+        Sampling settings, see :func:`specdec.laws.sampling_law`.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Tokens (n,) and accepted flags (n,).
+    """
+    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    p, q = _processed(target_logits, settings), _processed(draft_logits, settings)
+    return _verify(p, q, _draw(q, rng.random(n)), rng)
+
+
+# --------------------------------------------------------------------------------------
+# Token-level bugs
+# --------------------------------------------------------------------------------------
+
+
+@token_sampler
+def always_accept(p, q, rng):
+    """Bug 1: the accept test always passes, so the output law is the draft's ``q``.
+
+    Typical cause: a comparison that is vacuous (``u <= max(1, p/q)``), or an accept flag
+    initialised to ``True`` and never updated. Caught whenever ``q != p``.
+    """
+    x = int(_draw(q, rng.random()))
+    u = rng.random()
+    if u <= max(1.0, p[x] / q[x]):  # BUG: max instead of min; the test is always true
+        return x
+    return token.draw_residual(p, q, rng)
+
+
+@token_sampler(vectorised=True, inputs="logits")
+def greedy_draft(target_logits, draft_logits, rng, n, *, temperature=1.0, top_k=None, top_p=None):
+    """Bug 2: the draft decodes greedily, but the ratio uses the draft's sampling law.
+
+    The proposal is a point mass on the draft's arg-max, so the law to put in the ratio is
+    that point mass, not ``q``. Every other token can then only come from the residual,
+    and the arg-max is accepted too rarely or too often.
+    """
+    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    p, q = _processed(target_logits, settings), _processed(draft_logits, settings)
+    x = np.full(n, int(np.argmax(draft_logits)))  # BUG: greedy proposal...
+    return _verify(p, q, x, rng)                  # ...verified as if drawn from q
+
+
+@token_sampler(vectorised=True, inputs="logits")
+def truncated_draft(target_logits, draft_logits, rng, n, *, temperature=1.0, top_k=None,
+                    top_p=None):
+    """Bug 3: the draft samples from its top-k/top-p law, the ratio uses its untruncated law.
+
+    The truncated law puts more mass on the kept tokens than the untruncated softmax says,
+    so they are accepted too often, and the residual misses the mass of the others. Seen
+    only when truncation is on.
+    """
+    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    p, q = _processed(target_logits, settings), _processed(draft_logits, settings)
+    q_untruncated = laws.softmax(draft_logits, temperature)  # BUG: the ratio's q
+    return _verify(p, q_untruncated, _draw(q, rng.random(n)), rng)
+
+
+@token_sampler(vectorised=True, inputs="logits")
+def untempered_target(target_logits, draft_logits, rng, n, *, temperature=1.0, top_k=None,
+                      top_p=None):
+    """Bug 4: temperature applied to the draft's law but not to the target's in the ratio.
+
+    The step is then exact, but for the wrong target: the output law is the target at
+    temperature 1. Seen whenever the temperature is not 1.
+    """
+    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    p_t1 = _processed(target_logits, dict(settings, temperature=1.0))  # BUG: temperature lost
+    q = _processed(draft_logits, settings)
+    return _verify(p_t1, q, _draw(q, rng.random(n)), rng)
+
+
+@token_sampler
+def drop_rejected(p, q, rng):
+    """Bug 5: after rejecting ``x``, draw from ``p`` without ``x``, renormalised.
+
+    "Do not give the rejected token a second chance" sounds like a refinement of falling
+    back to ``p``; it is the same mistake. The recovery must be the residual
+    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, "drop_rejected")``.
+    """
+    x = int(_draw(q, rng.random()))
+    if token.speculative_accept(p[x], q[x], rng.random()):
+        return x
+    rest = np.array(p, dtype=np.float64)
+    rest[x] = 0.0  # BUG: should be the residual (p - q)^+ / Z
+    return int(_draw(rest / rest.sum(), rng.random()))
+
+
+@token_sampler
+def shared_uniform(p, q, rng):
+    """Bug 6: the accept test's uniform is reused to draw from the residual.
+
+    After a rejection of ``x`` that uniform is uniform on ``[a(x), 1)``, not on ``[0, 1)``,
+    so the inverse-CDF draw favours the residual's last tokens. Invisible when the
+    residual is a point mass (the article's example); the battery's ``spread_residual``
+    case is built to show it. Exact law: ``specdec.token.output_law(p, q,
+    "shared_uniform")``.
+    """
+    x = int(_draw(q, rng.random()))
+    u = rng.random()
+    if token.speculative_accept(p[x], q[x], u):
+        return x
+    return int(_draw(token.residual(p, q), u))  # BUG: u is not a fresh uniform
+
+
+# --------------------------------------------------------------------------------------
+# Block-level bugs (one speculative cycle over toy autoregressive models)
+# --------------------------------------------------------------------------------------
+
+
+def _propose(draft, context: tuple, k: int, rng) -> list[int]:
+    """Draft up to ``k`` tokens autoregressively after ``context`` (stop after end-of-sequence)."""
+    tokens: list[int] = []
+    while len(tokens) < k and (draft.eos is None or draft.eos not in tokens):
+        tokens.append(int(_draw(draft.next_law(context + tuple(tokens)), rng.random())))
+    return tokens
+
+
+def _verify_block(ps: list, qs: list, proposals: list[int], rng, eos) -> tuple[list[int], int]:
+    """Verify proposals in order; residual at the first rejection; bonus if all accepted.
+
+    ``ps[i]`` and ``qs[i]`` are the target and draft laws the verifier uses at position
+    ``i`` (``ps`` has one more entry, for the bonus token). Returns the emitted tokens and
+    the number of accepted proposals.
+    """
+    for i, x in enumerate(proposals):
+        if not token.speculative_accept(ps[i][x], qs[i][x], rng.random()):
+            return proposals[:i] + [token.draw_residual(ps[i], qs[i], rng)], i
+    if eos is not None and proposals[-1] == eos:        # the text ended: no bonus token
+        return list(proposals), len(proposals)
+    return proposals + [int(_draw(ps[len(proposals)], rng.random()))], len(proposals)
+
+
+@block_sampler
+class StaleProposals:
+    """Bug 7: proposals drafted after a rejection are reused in the next cycle.
+
+    After a rejection at position i, the proposals ``x_{i+1}, ...`` were drafted on a
+    context that contains the rejected token. This sampler keeps them and proposes them
+    first in the next cycle, asking the draft for their probabilities on the new
+    (corrected) context, as a draft forward pass over the proposed block would. The ratio
+    then uses a law the tokens were not drawn from. (Reusing them *with* the probabilities
+    they were drawn with would be exact: any proposal mechanism is, if the ratio uses its
+    true conditional law. ``specdec.block`` calls that variant ``"stale_original_q"``; this
+    bug is its ``"stale_proposals"``.)
+
+    Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
+    proposed)``; ``reset()`` forgets the leftovers (the kit calls it before every decode).
+    """
+
+    def __init__(self):
+        self.leftover: list[int] = []
+
+    def reset(self) -> None:
+        self.leftover = []
+
+    def __call__(self, target, draft, prefix, gamma, rng):
+        prefix = tuple(prefix)
+        proposals = self.leftover[:gamma]                                  # BUG: stale tokens
+        if target.eos not in proposals:
+            proposals += _propose(draft, prefix + tuple(proposals), gamma - len(proposals), rng)
+        qs = [draft.next_law(prefix + tuple(proposals[:i])) for i in range(len(proposals))]
+        ps = [target.next_law(prefix + tuple(proposals[:i])) for i in range(len(proposals) + 1)]
+        emitted, n_acc = _verify_block(ps, qs, proposals, rng, target.eos)
+        self.leftover = proposals[n_acc + 1:]                              # BUG: kept
+        return emitted, n_acc, len(proposals)
+
+
+@block_sampler
+class NoRollback:
+    """Bug 8: the target's cache is not rolled back after a rejection.
+
+    The target's cache holds the tokens it has scored. After a rejection at position i,
+    the entries for ``x_i, x_{i+1}, ...`` must be dropped before the corrected token is
+    appended; this sampler forgets to, so every later target law is conditioned on a
+    context with rejected tokens in it (the wrong last tokens and the wrong position).
+    The draft's cache is rolled back correctly, and the emitted text looks right; its law
+    is not. (``specdec.block``'s ``"no_rollback"`` variant forgets both caches.)
+
+    Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
+    proposed)``; ``reset()`` empties the cache (the kit calls it before every decode).
+    """
+
+    def __init__(self):
+        self.cache: tuple[int, ...] | None = None
+
+    def reset(self) -> None:
+        self.cache = None
+
+    def __call__(self, target, draft, prefix, gamma, rng):
+        prefix = tuple(prefix)
+        if self.cache is None:
+            self.cache = prefix
+        proposals = _propose(draft, prefix, gamma, rng)
+        qs = [draft.next_law(prefix + tuple(proposals[:i])) for i in range(len(proposals))]
+        ps = [target.next_law(self.cache + tuple(proposals[:i]))            # the target reads
+              for i in range(len(proposals) + 1)]                           # its cache
+        emitted, n_acc = _verify_block(ps, qs, proposals, rng, target.eos)
+        if n_acc < len(proposals):
+            self.cache += tuple(proposals) + (emitted[-1],)  # BUG: should keep proposals[:n_acc]
+        else:
+            self.cache += tuple(emitted)
+        return emitted, n_acc, len(proposals)
+
+
+@block_sampler
+def overcounting_cycle(target, draft, prefix, gamma, rng):
+    """Accounting bug: accepts after the first rejection are counted as accepted.
+
+    The emitted tokens are right (their law is exact); the reported number of accepted
+    proposals is not: a cycle whose accept tests read [accept, reject, accept, accept]
+    emits 2 tokens and must report 1 accepted proposal, not 3. The acceptance rate
+    accepted / proposed is inflated.
+
+    Returns
+    -------
+    (list of int, int, int)
+        Emitted tokens, reported accepted count, proposed count.
+    """
+    prefix = tuple(prefix)
+    proposals = _propose(draft, prefix, gamma, rng)
+    k = len(proposals)
+    qs = [draft.next_law(prefix + tuple(proposals[:i])) for i in range(k)]
+    ps = [target.next_law(prefix + tuple(proposals[:i])) for i in range(k + 1)]
+    passed = [token.speculative_accept(ps[i][x], qs[i][x], rng.random())
+              for i, x in enumerate(proposals)]                  # every position is tested
+    n_acc = passed.index(False) if False in passed else k
+    if n_acc < k:
+        emitted = proposals[:n_acc] + [token.draw_residual(ps[n_acc], qs[n_acc], rng)]
+    elif target.eos is not None and proposals[-1] == target.eos:
+        emitted = proposals
+    else:
+        emitted = proposals + [int(_draw(ps[k], rng.random()))]
+    return emitted, sum(passed), k                               # BUG: should be n_acc
+
+
+@block_sampler(vectorised=True)
+def library_generation(target, draft, prefix, gamma, length, rng, n):
+    """The library's vectorised block engine (:func:`specdec.block.simulate_generation`)."""
+    from specdec import block
+
+    return block.simulate_generation(target, draft, prefix, gamma, length, n, rng)
+
+
+# --------------------------------------------------------------------------------------
+# The gallery, as data
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GalleryEntry:
+    """One sampler of the gallery.
+
+    Attributes
+    ----------
+    key : str
+        Short identifier.
+    number : int
+        Bug number in the appendix (0 for correct samplers).
+    title : str
+        What it does, in a few words.
+    make : callable
+        ``make() -> sampler`` (a fresh instance for stateful samplers).
+    kind : str
+        ``"token"`` or ``"block"``.
+    """
+
+    key: str
+    number: int
+    title: str
+    make: Callable[[], Callable]
+    kind: str
+
+
+def _block_library():
+    from specdec import block
+
+    return block.speculative_cycle
+
+
+#: The correct samplers, which must pass.
+CORRECT: tuple[GalleryEntry, ...] = (
+    GalleryEntry("library_step", 0, "library step (specdec.token.sample_step)",
+                 lambda: token.sample_step, "token"),
+    GalleryEntry("library_vectorised", 0, "library engine (simulate_tokens), vectorised",
+                 lambda: library_vectorised, "token"),
+    GalleryEntry("vectorised_correct", 0, "vectorised sampler of this module",
+                 lambda: vectorised_correct, "token"),
+    GalleryEntry("processed_correct", 0, "from logits, same processing for both laws",
+                 lambda: processed_correct, "token"),
+    GalleryEntry("library_cycle", 0, "library cycle (specdec.block.speculative_cycle)",
+                 _block_library, "block"),
+    GalleryEntry("library_generation", 0, "library block engine (simulate_generation), vectorised",
+                 lambda: library_generation, "block"),
+)
+
+#: The buggy samplers, each of which must be caught.
+BUGS: tuple[GalleryEntry, ...] = (
+    GalleryEntry("always_accept", 1, "accept test always passes", lambda: always_accept, "token"),
+    GalleryEntry("greedy_draft", 2, "greedy draft, ratio on its softmax", lambda: greedy_draft,
+                 "token"),
+    GalleryEntry("truncated_draft", 3, "draft samples top-k/top-p, ratio untruncated",
+                 lambda: truncated_draft, "token"),
+    GalleryEntry("untempered_target", 4, "temperature on the draft only", lambda: untempered_target,
+                 "token"),
+    GalleryEntry("drop_rejected", 5, "recovery: p without the rejected token",
+                 lambda: drop_rejected, "token"),
+    GalleryEntry("shared_uniform", 6, "one uniform for test and residual", lambda: shared_uniform,
+                 "token"),
+    GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposals, "block"),
+    GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollback, "block"),
+    GalleryEntry("overcounting", 9, "accounting: accepts after a rejection counted",
+                 lambda: overcounting_cycle, "block"),
+)
