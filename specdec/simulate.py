@@ -61,7 +61,6 @@ from .laws import LawError, check_int, check_pair
 from .token import (
     ARTICLE_P,
     ARTICLE_Q,
-    RULES,
     _cdf,
     _check_rng,
     _check_rule,
@@ -253,7 +252,8 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
         Rules from :data:`specdec.token.RULES` (all are supported; ``"m_plus_r"`` is
         simulated by an independent draw from its normalised law, see the module notes).
     chunk : int
-        Trials per chunk (memory: about 5 bytes per trial for float32).
+        Trials per chunk; memory is about 9 bytes per trial of one chunk with
+        float32 (two uniform buffers and a boolean scratch buffer), whatever ``trials``.
     dtype : {numpy.float32, numpy.float64}
         Precision of the uniforms: float32 is faster and realises each cell probability
         to within ``2**-24``.

@@ -443,7 +443,7 @@ def _worst_case_kl(tv: float, law: np.ndarray | None) -> float:
         return float(tv * math.log((1 + tv) / (1 - tv))) if tv < 1 else math.inf
     pos = law[law > 0]
     k = pos.size
-    if k > 20:
+    if k > 16:
         return 2.0 * tv * tv  # Pinsker: a lower bound on the minimum (conservative)
     masks = np.arange(1, 2**k - 1)
     bits = (masks[:, None] >> np.arange(k)) & 1
@@ -475,7 +475,7 @@ def trials_to_detect(tv: float | None, *, false_alarm: float = 1e-9, power: floa
     * ``law`` given, ``alternative`` None: the *hardest* alternative at distance ``tv``,
       i.e. the one minimising ``KL(alt || law)``; by data processing it moves mass ``tv``
       between an event ``S`` and its complement, so the minimum is over subsets ``S``
-      of a binary KL (exact for up to 20 tokens; Pinsker's ``2 tv^2`` beyond, which
+      of a binary KL (exact for up to 16 tokens; Pinsker's ``2 tv^2`` beyond, which
       overstates the trials needed).
     * neither: the worst case over laws too, tested as a two-cell (binary event) test:
       an event of probability ``(1 - tv)/2`` moved to ``(1 + tv)/2``.

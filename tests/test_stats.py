@@ -275,3 +275,20 @@ def test_max_deviation_bound():
     observed = np.max(np.abs(np.array(CORRECT) / 200_000 - P))
     assert observed < 0.0016 < b < 0.01
     assert max_deviation_bound(P, 2_000_000) < b
+
+
+def test_trials_to_detect_worst_case_dominates_given_alternatives():
+    rng = np.random.default_rng(3)
+    law = np.array([0.4, 0.3, 0.2, 0.1])
+    for _ in range(20):
+        alt = rng.dirichlet(np.ones(4))
+        tv = 0.5 * np.abs(alt - law).sum()
+        worst = trials_to_detect(tv, law=law, power=0.9)
+        given = trials_to_detect(None, law=law, alternative=alt, power=0.9)
+        assert given <= worst + 1
+
+
+def test_trials_to_detect_large_vocabulary_uses_pinsker():
+    law = np.full(32, 1 / 32)
+    n = trials_to_detect(0.05, law=law)
+    assert n > trials_to_detect(0.05, law=np.full(8, 1 / 8)) > 0

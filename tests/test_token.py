@@ -341,7 +341,9 @@ def test_flawed_rules_deviate_only_where_theory_says(pq):
         for rule in ("fallback_p", "resample_q", "drop_rejected", "shared_uniform"):
             np.testing.assert_allclose(output_law(p, q, rule), p, atol=1e-12)
     else:
-        assert (tv_distance(output_law(p, q, "fallback_p"), p) > 1e-9) == (tv_distance(p, r) > 1e-9 / z)
+        for rule, other in (("fallback_p", p), ("resample_q", q)):
+            if tv_distance(other, r) > 1e-6:  # recovering from a law other than r is visible
+                assert tv_distance(output_law(p, q, rule), p) > 0.5e-6 * z
 
 
 # ------------------------------------------------------------------ logits and the ratio
