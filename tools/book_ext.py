@@ -1,10 +1,16 @@
 """Sphinx extension of the book (loaded through ``sphinx.local_extensions`` in _config.yml).
 
-Adds, on every chapter page, a download button for the chapter's source: the jupytext
-Markdown file ``notebooks/NN-slug.md`` that the executed notebook was made from (its path
-is recorded by tools/build.py in the notebook's ``metadata.specdec.source``). The source is
-copied to ``_sources/notebooks/`` of the HTML output. The theme's own button already
-offers the executed notebook (``.ipynb``).
+* HTML: on every chapter page, a download button for the chapter's source, the jupytext
+  Markdown file ``notebooks/NN-slug.md`` that the executed notebook was made from (its
+  path is recorded by tools/build.py in the notebook's ``metadata.specdec.source``),
+  copied to ``_sources/notebooks/``. The theme's own button offers the executed notebook.
+* HTML: without thebe (``launch_buttons.thebe: false``), the sphinx-thebe scripts are
+  left out of the pages: they only declare a CDN address, twice, which is a JavaScript
+  error in the console of every page.
+* PDF: the same numbering as the HTML. The HTML numbers only the documents of the
+  ``numbered`` part of _toc.yml; LaTeX would number every chapter. From the first
+  unnumbered document after a numbered one on (the appendices), LaTeX numbering is
+  switched off (``secnumdepth`` -1), so "2.1" means the same section in both.
 """
 
 from __future__ import annotations
@@ -57,7 +63,45 @@ def add_source_download(app, pagename, templatename, context, doctree):
             })
 
 
+def drop_thebe(app, pagename, templatename, context, doctree):
+    """Remove sphinx-thebe's scripts when thebe is off (nothing would use them)."""
+    launch = (app.config.html_theme_options or {}).get("launch_buttons", {}) or {}
+    if launch.get("thebe"):
+        return
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    keep = []
+    for script in scripts:
+        filename = getattr(script, "filename", None) or str(script)
+        body = (getattr(script, "attributes", None) or {}).get("body", "")
+        if "THEBE_JS_URL" in body or str(filename).endswith("sphinx-thebe.js"):
+            continue
+        keep.append(script)
+    context["script_files"] = keep
+
+
+def unnumbered_appendices(app, doctree, docname):
+    """In the assembled LaTeX document, stop numbering at the first unnumbered chapter."""
+    if app.builder.name != "latex":
+        return
+    from docutils import nodes
+    from sphinx import addnodes
+
+    numbered = set(getattr(app.env, "toc_secnumbers", {}) or {})
+    seen_numbered = False
+    for node in doctree.findall(addnodes.start_of_file):
+        name = node.get("docname")
+        if name in numbered and app.env.toc_secnumbers.get(name):
+            seen_numbered = True
+        elif seen_numbered and name != app.config.root_doc:
+            node.insert(0, nodes.raw("", "\\setcounter{secnumdepth}{-1}\n", format="latex"))
+            return
+
+
 def setup(app):
+    app.connect("doctree-resolved", unnumbered_appendices)
+    app.connect("html-page-context", drop_thebe, priority=900)
     # After sphinx-book-theme's handlers (default priority 500) built the buttons.
     app.connect("html-page-context", add_source_download, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
