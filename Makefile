@@ -10,7 +10,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: book test bench params clean
+.PHONY: book test bench params clean pdf screenshots vendor
 
 # Execute the notebooks whose inputs changed (papermill, parameters SEED and TRIALS) and
 # render _build/html; prints a timing table and the page to open.
@@ -38,6 +38,20 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -qq -e '.[book,test]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@$(PY) -m ipykernel install --sys-prefix --name python3 > /dev/null
 	@touch $@
+
+# Render the PDF with xelatex from the notebooks `make book` executed (none is executed
+# again); installs TeX with apt-get if missing (as root) and prints the PDF's path.
+pdf: book
+	@$(PY) tools/pdf.py
+
+# Screenshots of the landing page and every chapter in headless Chromium, to look at.
+screenshots: book
+	@$(PY) tools/browser.py --out _build/screenshots
+
+# Fetch MathJax (npm package, once) so the HTML loads nothing from elsewhere (make book
+# does this too).
+vendor: $(STAMP)
+	@$(PY) tools/vendor.py
 
 # Remove generated files: rendered book, executed notebooks, execution cache.
 clean:
