@@ -1,0 +1,479 @@
+"""Tests of the conformance kit (specdec.conformance) and of the gallery (specdec.gallery).
+
+The kit must (1) pass correct samplers, at the stated family-wise false-alarm rate over
+many seeds; (2) catch every bug of the gallery, on the cases built to show it; (3) check
+the accounting samplers report; (4) be reproducible from a seed; (5) fail loudly on bad
+input and report, not crash on, malformed sampler output. Seeds are fixed, so every
+assertion is deterministic; the bounds quoted for the seed sweeps say why the fixed
+outcome is the expected one.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from specdec import block, conformance as C, gallery as G, laws, token
+from specdec.laws import LawError
+
+SEED = 20260925
+
+
+# --------------------------------------------------------------------------------------
+# Calling conventions
+# --------------------------------------------------------------------------------------
+
+
+def test_describe_sampler_from_marks_and_signatures():
+    assert C.describe_sampler(G.vectorised_correct) == C.SamplerSpec(
+        "token", True, "laws", "specdec.gallery:vectorised_correct")
+    assert C.describe_sampler(G.processed_correct).inputs == "logits"
+    assert C.describe_sampler(G.StaleProposals()).kind == "block"
+    assert C.describe_sampler(G.library_generation).vectorised
+    assert C.describe_sampler(token.sample_step).kind == "token"          # 3 required args
+    assert C.describe_sampler(block.speculative_cycle).kind == "block"    # 5 required args
+    spec = C.describe_sampler(lambda p, q, rng, n: None)
+    assert spec.kind == "token" and spec.vectorised
+    spec = C.describe_sampler(lambda a, b, rng, *, temperature=1.0, top_k=None, top_p=None: 0)
+    assert spec.inputs == "logits" and not spec.vectorised
+    assert C.describe_sampler(lambda *a: 0, kind="token", vectorised=True).vectorised
+
+
+def test_describe_sampler_errors():
+    with pytest.raises(TypeError, match="sampler: must be callable"):
+        C.describe_sampler(42)
+    with pytest.raises(ValueError, match="cannot tell the calling convention"):
+        C.describe_sampler(lambda *args: 0)
+    with pytest.raises(ValueError, match="kind: must be one of"):
+        C.describe_sampler(G.vectorised_correct, kind="step")
+    with pytest.raises(ValueError, match="inputs: must be one of"):
+        C.token_sampler(lambda p, q, rng: 0, inputs="probabilities")
+    with pytest.raises(ValueError, match="inputs: block samplers receive toy models"):
+        C.describe_sampler(block.speculative_cycle, inputs="logits")
+
+
+# --------------------------------------------------------------------------------------
+# The battery's cases
+# --------------------------------------------------------------------------------------
+
+
+def test_token_cases_cover_the_edge_cases():
+    cases = {c.name: c for c in C.token_cases()}
+    assert tuple(cases) == C.CASE_NAMES
+    art = cases["article"]
+    assert art.p.tolist() == [0.5, 0.3, 0.2] and art.q.tolist() == [0.2, 0.5, 0.3]
+    assert token.rejection_probability(cases["equal"].p, cases["equal"].q) == 0.0
+    assert token.acceptance_rate(cases["disjoint"].p, cases["disjoint"].q) == 0.0
+    c = cases["draft_zero"]
+    assert ((c.q == 0) & (c.p > 0)).any()
+    c = cases["target_zero"]
+    assert ((c.p == 0) & (c.q > 0)).any()
+    assert cases["onehot_target"].p.max() == 1.0 and cases["onehot_draft"].q.max() == 1.0
+    assert 0 < token.rejection_probability(cases["nearly_equal"].p, cases["nearly_equal"].q) < 0.01
+    # the residual of spread_residual has several tokens, and reusing the accept uniform
+    # shows there (it does not on the article's example, whose residual is one token)
+    c = cases["spread_residual"]
+    assert (token.residual(c.p, c.q) > 0).sum() >= 3
+    assert laws.tv_distance(token.output_law(c.p, c.q, "shared_uniform"), c.p) > 0.1
+    assert laws.tv_distance(token.output_law(art.p, art.q, "shared_uniform"), art.p) < 1e-12
+    # large vocabulary: thousands of tokens, the same processing applied to both models
+    big = cases["large_vocab"]
+    assert big.vocab_size >= 4096 and 1000 < (big.p > 0).sum() <= 3000
+    settings_ = dict(temperature=0.8, top_k=3000, top_p=0.98)
+    assert big.settings == settings_
+    np.testing.assert_array_equal(big.p, laws.sampling_law(big.target_logits, **settings_))
+    np.testing.assert_array_equal(big.q, laws.sampling_law(big.draft_logits, **settings_))
+    assert ((big.q == 0) & (big.p > 0)).any() and ((big.p == 0) & (big.q > 0)).any()
+
+
+def test_cases_validate_their_laws():
+    with pytest.raises(LawError, match="q: vocabulary size 2 does not match p"):
+        C.TokenCase.from_laws("bad", "", [0.5, 0.5, 0.0], [0.5, 0.5])
+    with pytest.raises(LawError, match="p: probabilities must sum to 1"):
+        C.TokenCase.from_laws("bad", "", [0.5, 0.4], [0.5, 0.5])
+    with pytest.raises(LawError, match="top_k"):
+        C.TokenCase.from_logits("bad", "", [0.0, 1.0], [1.0, 0.0], top_k=3)
+
+
+def test_block_cases_span_several_gammas_and_cycles():
+    cases = C.block_cases()
+    assert tuple(c.name for c in cases) == C.BLOCK_CASE_NAMES
+    assert {c.gamma for c in cases} >= {1, 2, 4}
+    assert any(c.target.eos is not None for c in cases)
+    for c in cases:  # a decode needs a second cycle unless its first accepts everything
+        assert c.length >= c.gamma
+
+
+# --------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 400), st.integers(1, 10**6), st.integers(0, 2**32 - 1),
+       st.sampled_from([5.0, 10.0, 40.0]), st.integers(1, 150))
+def test_pool_cells_rule(v, trials, seed, min_expected, max_bins):
+    g = np.random.default_rng(seed)
+    law = g.dirichlet(np.full(v, 0.3))
+    law[g.random(v) < 0.2] = 0.0
+    if law.sum() == 0:
+        law[0] = 1.0
+    law /= law.sum()
+    b = C.pool_cells(law, trials, min_expected=min_expected, max_bins=max_bins)
+    assert np.array_equal(b.bin_of < 0, law == 0)               # impossible cells apart
+    assert math.isclose(b.law.sum(), 1.0)
+    assert set(b.bin_of[law > 0].tolist()) == set(range(b.n_bins))
+    expected = trials * b.law
+    floor = max(min_expected, trials / max_bins)
+    assert b.floor == floor
+    if trials * law.sum() >= floor:                             # enough mass for one full bin
+        assert (expected >= floor * (1 - 1e-12)).all()
+    assert b.n_bins <= max(1, max_bins)
+    again = C.pool_cells(law, trials, min_expected=min_expected, max_bins=max_bins)
+    assert np.array_equal(b.bin_of, again.bin_of)               # data-independent, deterministic
+
+
+def test_pool_cells_keeps_large_cells_and_pools_the_tail_in_order():
+    b = C.pool_cells([0.5, 0.3, 0.1996, 0.0002, 0.0002, 0.0], 1000)
+    assert b.bin_of.tolist() == [0, 1, 2, 2, 2, -1] and b.pooled_cells == 3
+    with pytest.raises(ValueError, match="trials: must be an integer >= 1"):
+        C.pool_cells([1.0], 0)
+    with pytest.raises(ValueError, match="min_expected"):
+        C.pool_cells([1.0], 10, min_expected=0)
+
+
+def test_large_vocab_is_pooled_into_adequate_bins():
+    big = C.token_cases()[-1]
+    r = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=200_000, seed=SEED)
+    law = r.cases[0].law
+    assert law.pooled_cells > 0 and 10 < law.bins <= 100
+    # at the scalar default, most cells expect fewer than 5 counts: a chi-square over them
+    # would be invalid; the bins all expect at least 10 (here: at least 20,000 / 100 = 200)
+    assert (20_000 * big.p[big.p > 0] < 5).mean() > 0.5
+    b = C.pool_cells(big.p, 20_000)
+    assert (20_000 * b.law >= 200).all() and b.n_bins <= 100
+    r = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=20_000, seed=SEED)
+    assert r.passed and r.cases[0].law.bins == b.n_bins
+
+
+def test_chi_square_pooling_is_calibrated_on_the_large_vocabulary():
+    """Under the null, the pooled chi-square's p-values are uniform (simulated counts)."""
+    big = C.token_cases()[-1]
+    g = np.random.default_rng(SEED)
+    pvals = []
+    for _ in range(400):
+        counts = g.multinomial(20_000, big.p)
+        chk, _ = C._gof("law", counts, big.p, min_expected=10.0, max_bins=100, confidence=0.95)
+        pvals.append(chk.pvalue)
+    pvals = np.array(pvals)
+    assert sps.kstest(pvals, "uniform").pvalue > 1e-3
+    assert 0.02 <= (pvals < 0.1).mean() / 2 <= 0.08
+
+
+def test_holm_adjust():
+    np.testing.assert_allclose(C.holm_adjust([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    np.testing.assert_allclose(C.holm_adjust([0.5]), [0.5])
+    assert C.holm_adjust([]).size == 0
+    p = np.random.default_rng(0).random(30)
+    adj = C.holm_adjust(p)
+    assert (adj >= p).all() and (adj <= 1).all()
+    order = np.argsort(p)
+    assert (np.diff(adj[order]) >= 0).all()
+    with pytest.raises(ValueError, match="pvalues: must all be in"):
+        C.holm_adjust([0.1, 1.5])
+
+
+def test_detectable_tv_has_the_stated_power_in_the_worst_direction():
+    """Shift mass by TV = detectable along the least favourable direction: power ~ 0.9."""
+    p = np.array([0.5, 0.3, 0.2])
+    n, level, power = 20_000, 1e-3 / 20, 0.9
+    tv = C.detectable_tv(n, 2, level, power)
+    s = p + tv * np.array([1.0, -0.6, -0.4])      # d = 2 tv p on {A}, -2 tv p on {B, C}
+    assert math.isclose(laws.tv_distance(s, p), tv)
+    assert math.isclose(float(((s - p) ** 2 / p).sum()), 4 * tv**2)
+    g = np.random.default_rng(SEED)
+    counts = g.multinomial(n, s, size=4000)
+    stat = ((counts - n * p) ** 2 / (n * p)).sum(axis=1)
+    rate = (sps.chi2.sf(stat, 2) <= level).mean()
+    assert 0.87 <= rate <= 0.93
+    # 1/sqrt(n) scaling, and the one-bin case (only impossible outcomes can show)
+    assert math.isclose(C.detectable_tv(4 * n, 2, level, power), tv / 2, rel_tol=1e-6)
+    assert math.isclose(C.detectable_tv(1000, 0, level, power), 1 - 0.1 ** (1 / 1000))
+    with pytest.raises(ValueError, match="power: must be in"):
+        C.detectable_tv(n, 2, level, 1.0)
+
+
+# --------------------------------------------------------------------------------------
+# Correct samplers pass
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sampler", [G.vectorised_correct, G.library_vectorised, G.processed_correct])
+def test_vectorised_correct_samplers_pass(sampler):
+    report = C.assert_conforms(sampler, seed=SEED)
+    assert report.passed and len(report.cases) == len(C.CASE_NAMES)
+    assert report.cases[0].trials == C.DEFAULT_TRIALS["vectorised"]
+    if sampler is not G.library_vectorised:        # these report accepted flags
+        assert all(c.accounting is not None for c in report.cases)
+
+
+def test_library_scalar_step_passes():
+    report = C.run_battery(token.sample_step, seed=SEED, trials=2_000)
+    assert report.passed, report.to_markdown()
+
+
+def test_library_block_samplers_pass():
+    report = C.run_battery(block.speculative_cycle, seed=SEED, trials=800)
+    assert report.passed, report.to_markdown()
+    assert all(c.accounting is not None for c in report.cases)
+    report = C.run_battery(G.library_generation, seed=SEED, trials=40_000)
+    assert report.passed, report.to_markdown()
+    c = report.case("block_g4")
+    assert abs(c.cycles.first_emitted - c.cycles.exact_emitted) < 0.05
+
+
+def test_false_alarm_rate_over_many_seeds():
+    """40 seeds of a correct vectorised sampler at a family-wise rate of 0.05.
+
+    Expected false alarms: at most 0.05 * 40 = 2; observing 8 or more has probability
+    below 1e-3 under that rate. The individual checks' p-values must be uniform: their
+    fraction below 0.05 is 0.05 within 3.5 standard errors.
+    """
+    fails, pvals = 0, []
+    for seed in range(40):
+        r = C.run_battery(G.vectorised_correct, seed=seed, trials=20_000, false_alarm=0.05)
+        fails += not r.passed
+        pvals += [k.pvalue for c in r.cases for k in c.checks if k.dof > 0]
+    assert sps.binom.sf(7, 40, 0.05) < 1e-3
+    assert fails <= 7
+    pvals = np.array(pvals)
+    se = math.sqrt(0.05 * 0.95 / pvals.size)
+    assert abs((pvals < 0.05).mean() - 0.05) < 3.5 * se
+    assert sps.kstest(pvals, "uniform").pvalue > 1e-4
+
+
+# --------------------------------------------------------------------------------------
+# Every bug of the gallery is caught, on the cases that show it
+# --------------------------------------------------------------------------------------
+
+
+SHOWN_ON = {  # cases where the bug changes the law, and cases where it provably does not
+    "always_accept": ({"article", "disjoint", "large_vocab"}, {"equal"}),
+    "greedy_draft": ({"article", "processed", "large_vocab"}, set()),
+    "truncated_draft": ({"processed", "large_vocab"}, {"article", "equal", "spread_residual"}),
+    "untempered_target": ({"processed", "large_vocab"}, {"article", "disjoint", "equal"}),
+    "drop_rejected": ({"article", "spread_residual"}, {"equal"}),
+    "shared_uniform": ({"spread_residual"}, {"article", "equal", "disjoint"}),
+}
+
+
+@pytest.mark.parametrize("entry", [e for e in G.BUGS if e.kind == "token"], ids=lambda e: e.key)
+def test_token_bugs_are_caught(entry):
+    sampler = entry.make()
+    vec = C.describe_sampler(sampler).vectorised
+    report = C.run_battery(sampler, seed=SEED, trials=None if vec else 4_000)
+    assert not report.passed
+    failed = {c.name for c in report.failures}
+    shown, hidden = SHOWN_ON[entry.key]
+    assert shown <= failed, report.to_markdown()
+    assert not (hidden & failed), report.to_markdown()
+    assert np.isfinite(report.trials_needed)
+
+
+def test_tv_found_brackets_the_exact_tv():
+    """Unpooled cases: the TV interval covers the exact TV of the bug's output law."""
+    case = C.token_cases()[0]
+    for sampler, rule in ((G.drop_rejected, "drop_rejected"), (G.always_accept, None)):
+        exact = token.output_law(case.p, case.q, rule) if rule else case.q
+        r = C.run_battery(sampler, cases=["article"], trials=10_000, seed=SEED)
+        law = r.cases[0].law
+        assert law.tv_low <= laws.tv_distance(exact, case.p) <= law.tv_high
+        assert law.tv_detectable < law.tv_low
+
+
+@pytest.mark.parametrize("entry", [e for e in G.BUGS if e.kind == "block"], ids=lambda e: e.key)
+def test_block_bugs_are_caught(entry):
+    report = C.run_battery(entry.make(), seed=SEED, trials=1_500)
+    assert not report.passed
+    failed = {c.name for c in report.failures}
+    assert {"block_g2", "block_g4"} <= failed, report.to_markdown()
+    if entry.key in ("stale_proposals", "overcounting"):   # gamma = 1 leaves nothing stale
+        assert "block_g1" not in failed
+
+
+def test_stale_proposals_matches_the_library_exact_law():
+    """The gallery's bug 7 is specdec.block's "stale_proposals": same exact law."""
+    case = {c.name: c for c in C.block_cases()}["block_g4"]
+    wrong = block.block_sequence_law(case.target, case.draft, (), 4, 4, "stale_proposals")
+    exact_tv = block.law_tv(wrong, block.target_sequence_law(case.target, (), 4))
+    r = C.run_battery(G.StaleProposals(), cases=["block_g4"], trials=4_000, seed=SEED)
+    law = r.cases[0].law
+    assert law.tv_low <= exact_tv and law.tv <= exact_tv + 0.05
+    assert not r.passed
+
+
+def test_accounting_bug_is_caught_deterministically():
+    """[accept, reject, accept, accept] must count 1 accepted proposal, not 3."""
+
+    @C.block_sampler
+    def reports_three(target, draft, prefix, gamma, rng):
+        x = int(np.argmax(target.next_law(prefix)))
+        return [x, x], 3, 4              # 2 emitted = 1 accepted + 1 corrected
+
+    r = C.run_battery(reports_three, cases=["block_g4"], trials=50, seed=SEED)
+    assert not r.passed
+    assert any("accepted = emitted - 1" in v for v in r.cases[0].violations)
+    r = C.run_battery(G.overcounting_cycle, cases=["block_g4"], trials=300, seed=SEED)
+    c = r.cases[0]
+    assert not c.passed and c.cycles.acceptance > c.cycles.exact_accepted / 4 + 0.1
+    assert any("accepted = emitted - 1" in v for v in c.violations)
+
+
+def test_token_accounting_is_checked():
+    @C.token_sampler(vectorised=True)
+    def claims_all_accepted(p, q, rng, n):
+        tokens, _ = G.vectorised_correct(p, q, rng, n)
+        return tokens, np.ones(n, dtype=bool)          # the law is right, the flags are not
+
+    r = C.run_battery(claims_all_accepted, cases=["article", "spread_residual"], seed=SEED,
+                      trials=50_000)
+    assert not r.passed
+    for c in r.cases:
+        assert c.law is not None and not c.law.failed        # the law passes...
+        assert c.accounting.failed                           # ...the accounting does not
+        assert c.cycles.acceptance == 1.0 and c.cycles.exact_accepted < 1.0
+
+
+# --------------------------------------------------------------------------------------
+# Malformed output, crashes, bad input
+# --------------------------------------------------------------------------------------
+
+
+def test_malformed_outputs_and_crashes_are_failures_not_crashes():
+    samplers = {
+        "float": C.token_sampler(lambda p, q, rng: 0.0),
+        "out of range": C.token_sampler(lambda p, q, rng: len(p)),
+        "raises": C.token_sampler(lambda p, q, rng: 1 // 0),
+        "short": C.token_sampler(lambda p, q, rng, n: np.zeros(n - 1, dtype=int), vectorised=True),
+    }
+    for name, s in samplers.items():
+        r = C.run_battery(s, cases=["article"], trials=100, seed=SEED)
+        assert not r.passed, name
+        assert r.cases[0].violations, name
+    assert "ZeroDivisionError" in C.run_battery(samplers["raises"], cases=["article"],
+                                                trials=10).cases[0].violations[0]
+    r = C.run_battery(C.block_sampler(lambda t, d, prefix, gamma, rng: []), cases=["block_g1"],
+                      trials=5)
+    assert not r.passed and "emitted no token" in r.cases[0].violations[0]
+
+
+def test_impossible_tokens_fail_without_spending_false_alarm():
+    # a sampler that puts 1% of its mass on a token the target never emits
+    @C.token_sampler(vectorised=True)
+    def leaky(p, q, rng, n):
+        tokens, _ = G.vectorised_correct(p, q, rng, n)
+        tokens[rng.random(n) < 0.01] = int(np.flatnonzero(p == 0)[0])
+        return tokens
+
+    r = C.run_battery(leaky, cases=["target_zero", "onehot_target"], trials=2_000, seed=SEED)
+    for c in r.cases:
+        assert not c.passed and c.law.impossible > 0
+        assert any("probability 0 under the target" in v for v in c.violations)
+    assert r.n_tests == 1          # the one-hot case has no chi-square: one bin
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(trials=0), "trials: must be an integer >= 1"),
+    (dict(seed=-1), "seed: must be an integer >= 0"),
+    (dict(false_alarm=0.0), "false_alarm: must be a number in"),
+    (dict(false_alarm=float("nan")), "false_alarm: must be a number in"),
+    (dict(power=1.0), "power: must be a number in"),
+    (dict(confidence=0), "confidence: must be a number in"),
+    (dict(cases=["nope"]), "cases: unknown token case 'nope'"),
+    (dict(cases=["block_g1"]), "cases: unknown token case 'block_g1'"),
+    (dict(cases=[]), "cases: must not be empty"),
+    (dict(cases=["article", "article"]), "cases: names must be unique"),
+])
+def test_run_battery_validates_its_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        C.run_battery(G.vectorised_correct, **kwargs)
+
+
+def test_run_battery_rejects_non_callables():
+    with pytest.raises(TypeError, match="sampler: must be callable"):
+        C.run_battery("specdec.gallery:vectorised_correct")
+
+
+# --------------------------------------------------------------------------------------
+# Reproducibility and the report
+# --------------------------------------------------------------------------------------
+
+
+def test_report_is_reproducible_from_the_seed():
+    a = C.run_battery(G.vectorised_correct, seed=7, trials=20_000)
+    b = C.run_battery(G.vectorised_correct, seed=7, trials=20_000)
+    assert a == b and a.to_markdown() == b.to_markdown()
+    c = C.run_battery(G.vectorised_correct, seed=8, trials=20_000)
+    assert [x.law.statistic for x in a.cases] != [x.law.statistic for x in c.cases]
+    # a case's stream does not depend on the other cases of the run
+    alone = C.run_battery(G.vectorised_correct, seed=7, trials=20_000, cases=["processed"])
+    assert alone.cases[0].law.statistic == a.case("processed").law.statistic
+    # block samplers too (stateful ones are reset before every decode)
+    x = C.run_battery(G.NoRollback(), seed=3, trials=300, cases=["block_g2"])
+    y = C.run_battery(G.NoRollback(), seed=3, trials=300, cases=["block_g2"])
+    assert x == y
+
+
+def test_report_markdown_names_the_method_and_the_failures():
+    r = C.run_battery(G.shared_uniform, seed=SEED, trials=3_000, false_alarm=1e-3,
+                      cases=["article", "spread_residual"])
+    md = r.to_markdown()
+    assert md.startswith("## Conformance report: FAIL")
+    assert "Holm over 2 statistical checks" in md and "<= 0.001" in md
+    assert "**spread_residual**" in md and "trials needed" in md
+    assert "| article | 3,000 |" in md
+    assert r.case("article").passed and not r.case("spread_residual").passed
+    with pytest.raises(KeyError):
+        r.case("nope")
+    assert r.max_tv.name == "spread_residual"
+
+
+def test_assert_conforms_raises_with_the_report():
+    with pytest.raises(AssertionError, match="does not conform") as info:
+        C.assert_conforms(G.greedy_draft, cases=["article"], trials=2_000, seed=SEED)
+    assert "| article |" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+
+def test_cli_exit_codes(capsys):
+    assert C.main(["specdec.gallery:vectorised_correct", "--trials", "5000", "--seed", "1"]) == 0
+    assert "Conformance report: PASS" in capsys.readouterr().out
+    assert C.main(["specdec.gallery:greedy_draft", "--trials", "5000", "--cases", "article"]) == 1
+    assert "Conformance report: FAIL" in capsys.readouterr().out
+    assert C.main(["specdec.gallery:no_such_sampler"]) == 2
+    assert "has no attribute" in capsys.readouterr().err
+    assert C.main(["no_such_module_xyz:f"]) == 2
+    assert C.main(["specdec.gallery:vectorised_correct", "--trials", "0"]) == 2
+    assert C.main(["specdec.gallery:vectorised_correct", "--cases", "block_g1"]) == 2
+    assert C.main([]) == 2
+    assert C.main(["--list-cases"]) == 0
+    assert "large_vocab" in capsys.readouterr().out
+
+
+def test_cli_as_a_module():
+    cmd = [sys.executable, "-m", "specdec.conformance", "specdec.gallery:always_accept",
+           "--trials", "500", "--cases", "article,equal"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "| article | 500 |" in proc.stdout and "| equal | 500 |" in proc.stdout
