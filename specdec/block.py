@@ -1,0 +1,1159 @@
+"""From token to block: one speculative cycle of length gamma, its exact law, its accounting.
+
+One **cycle** of speculative decoding, from a confirmed prefix ``x``:
+
+1. *Draft.* The draft model proposes ``d_1, ..., d_gamma`` autoregressively:
+   ``d_i ~ q(. | x, d_1..d_{i-1})``. Drafting stops early after an end-of-sequence (EOS)
+   proposal, so ``n_proposed <= gamma``.
+2. *Score.* The target evaluates ``p(. | x, d_1..d_{i-1})`` for every drafted position,
+   and one more position ``p(. | x, d_1..d_k)``, in one causal pass.
+3. *Verify.* Proposals are tested in order with the token-level rule
+   (:func:`specdec.token.speculative_accept`, ``u < p(d_i) / q(d_i)``). The accepted
+   prefix is kept. At the first rejection, a token is drawn from the residual
+   ``(p - q)^+ / Z`` of that position (:func:`specdec.token.draw_residual`) and every later
+   proposal is discarded: it was conditioned on a token that is not in the text.
+4. *Bonus.* If all ``k`` proposals are accepted and the last is not EOS, one extra token is
+   drawn from the target's law at the next position ``p(. | x, d_1..d_k)``.
+5. *Roll back.* Model caches keep only the emitted tokens; the unconfirmed tail is dropped.
+
+A cycle therefore emits between 1 and ``gamma + 1`` tokens (fewer when EOS ends it), and
+the emitted sequence has exactly the law of sampling from the target alone. This module
+checks that claim **exactly** (by enumerating every draft trajectory and every
+accept/reject branch) and shows what four realistic bugs do to the law. See
+:data:`VARIANTS` and :func:`block_sequence_law` for their precise definitions.
+
+Sequences follow the convention of :func:`specdec.models.sequence_law`: tuples of token
+ids after the prompt, truncated to the requested length; a sequence ends at its first EOS
+(except under the ``"emit_after_eos"`` bug, whose output may continue after an EOS).
+
+References
+----------
+.. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
+   Speculative Decoding", ICML 2023, Sec. 2.3 (Algorithm 1) and Sec. 3.1.
+.. [2] C. Chen et al., "Accelerating Large Language Model Decoding with Speculative
+   Sampling", arXiv:2302.01318, 2023, Algorithm 2.
+.. [3] Z. Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR 2025,
+   arXiv:2403.10444 (token-by-token verification of a block, as here, is exact but not
+   the optimal block-level rule).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from . import token as _token
+from .laws import LawError, check_int, tv_distance
+from .models import ToyModel, check_prefix
+from .models import sequence_law as _target_sequence_law
+
+__all__ = [
+    "VARIANTS",
+    "FLAWED_VARIANTS",
+    "EXACT_VARIANTS",
+    "CycleResult",
+    "Generation",
+    "CycleBatch",
+    "GenerationBatch",
+    "Accounting",
+    "speculative_cycle",
+    "generate",
+    "simulate_cycles",
+    "simulate_generation",
+    "block_sequence_law",
+    "sequence_law",
+    "target_sequence_law",
+    "cycle_length_law",
+    "accepted_count_law",
+    "law_tv",
+    "align_laws",
+    "accepted_prefix_length",
+    "account",
+    "account_counts",
+    "residual_rows",
+]
+
+#: Every block algorithm known to :func:`block_sequence_law`, :func:`speculative_cycle`
+#: and :func:`generate`. See :func:`block_sequence_law` for the definitions.
+VARIANTS: tuple[str, ...] = (
+    "correct",
+    "stale_proposals",
+    "no_rollback",
+    "bonus_wrong_position",
+    "emit_after_eos",
+    "stale_original_q",
+)
+#: The realistic bugs: each changes the law of the emitted sequence.
+FLAWED_VARIANTS: tuple[str, ...] = ("stale_proposals", "no_rollback", "bonus_wrong_position", "emit_after_eos")
+#: Variants whose emitted sequence has exactly the target's law.
+EXACT_VARIANTS: tuple[str, ...] = ("correct", "stale_original_q")
+
+_STATEFUL = ("stale_proposals", "no_rollback", "stale_original_q")
+
+
+def _check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise LawError(f"variant: must be one of {VARIANTS} (got {variant!r})")
+    return variant
+
+
+def _check_models(target, draft) -> None:
+    for nm, m in (("target", target), ("draft", draft)):
+        if not isinstance(m, ToyModel):
+            raise LawError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
+    if draft.vocab_size != target.vocab_size:
+        raise LawError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
+    if draft.eos != target.eos:
+        raise LawError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
+
+
+def _check_rng(rng) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise LawError(
+            f"rng: must be a numpy.random.Generator, e.g. np.random.default_rng(seed) (got {type(rng).__name__})"
+        )
+    return rng
+
+
+# --------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """Outcome of one speculative cycle.
+
+    Attributes
+    ----------
+    emitted : tuple of int
+        Tokens appended to the text by this cycle (1 to ``gamma + 1`` of them).
+    drafted : tuple of int
+        All proposals of the cycle, accepted or not (``n_proposed`` tokens).
+    n_accepted : int
+        Length of the accepted prefix of ``drafted`` (proposals after the first rejection
+        are never counted, even if they would have passed the test).
+    n_proposed : int
+        Number of proposals (``gamma``, or fewer when drafting stopped at EOS).
+    hit_eos : bool
+        Whether ``emitted`` contains the end-of-sequence token.
+    bonus : bool
+        Whether the last emitted token is the extra target token drawn after all
+        proposals were accepted.
+    """
+
+    emitted: tuple[int, ...]
+    drafted: tuple[int, ...]
+    n_accepted: int
+    n_proposed: int
+    hit_eos: bool
+    bonus: bool
+
+    @property
+    def n_emitted(self) -> int:
+        """Number of emitted tokens."""
+        return len(self.emitted)
+
+    @property
+    def rejected(self) -> bool:
+        """Whether a proposal was rejected (the last emitted token is a residual draw)."""
+        return self.n_accepted < self.n_proposed
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A generated continuation and the cycles that produced it.
+
+    Attributes
+    ----------
+    tokens : tuple of int
+        The first ``length`` emitted tokens (shorter if the text ended at EOS).
+    cycles : tuple of CycleResult
+        Every cycle run, in order (the last one may have emitted past ``length``).
+    """
+
+    tokens: tuple[int, ...]
+    cycles: tuple[CycleResult, ...]
+
+
+@dataclass(frozen=True)
+class CycleBatch:
+    """``n`` independent cycles from the same prefix (vectorised engine).
+
+    Attributes
+    ----------
+    emitted : numpy.ndarray of int, shape (n, gamma + 1)
+        Emitted tokens, padded with ``-1``.
+    n_emitted, n_accepted, n_proposed : numpy.ndarray of int, shape (n,)
+        Per-cycle counts (tokens).
+    hit_eos, bonus : numpy.ndarray of bool, shape (n,)
+        See :class:`CycleResult`.
+    gamma : int
+        Draft length.
+    """
+
+    emitted: np.ndarray
+    n_emitted: np.ndarray
+    n_accepted: np.ndarray
+    n_proposed: np.ndarray
+    hit_eos: np.ndarray
+    bonus: np.ndarray
+    gamma: int
+
+
+@dataclass(frozen=True)
+class GenerationBatch:
+    """``n`` independent generations (vectorised engine).
+
+    Attributes
+    ----------
+    tokens : numpy.ndarray of int, shape (n, length)
+        Row ``i`` holds the first ``n_tokens[i]`` tokens of sequence ``i``; ``-1`` after.
+    n_tokens : numpy.ndarray of int, shape (n,)
+        Length of each sequence (``length``, or less when it ended at EOS).
+    n_cycles : numpy.ndarray of int, shape (n,)
+        Cycles run per sequence.
+    sequence : numpy.ndarray of int, shape (total_cycles,)
+        For each cycle (flattened over all sequences), the sequence it belongs to.
+    n_emitted, n_accepted, n_proposed : numpy.ndarray of int, shape (total_cycles,)
+        Per-cycle counts (tokens), before truncation to ``length``.
+    hit_eos, bonus : numpy.ndarray of bool, shape (total_cycles,)
+        Per-cycle flags.
+    gamma : int
+        Draft length.
+    """
+
+    tokens: np.ndarray
+    n_tokens: np.ndarray
+    n_cycles: np.ndarray
+    sequence: np.ndarray
+    n_emitted: np.ndarray
+    n_accepted: np.ndarray
+    n_proposed: np.ndarray
+    hit_eos: np.ndarray
+    bonus: np.ndarray
+    gamma: int
+
+    def sequences(self) -> list[tuple[int, ...]]:
+        """The generated sequences as tuples (the keys of :func:`block_sequence_law`)."""
+        return [tuple(row[:k].tolist()) for row, k in zip(self.tokens, self.n_tokens)]
+
+    def sequence_counts(self) -> dict[tuple[int, ...], int]:
+        """Number of times each sequence was generated."""
+        out: dict[tuple[int, ...], int] = defaultdict(int)
+        for s in self.sequences():
+            out[s] += 1
+        return dict(out)
+
+
+# --------------------------------------------------------------------------------------
+# Scalar reference sampler
+# --------------------------------------------------------------------------------------
+
+
+def _draw(law: np.ndarray, u: float) -> int:
+    """Inverse-CDF draw of one token; only tokens of positive probability are returned."""
+    c = np.cumsum(law)
+    last = int(np.flatnonzero(law > 0)[-1])
+    c[last:] = 1.0
+    return int(np.searchsorted(c, u, side="right"))
+
+
+def _sample_cycle(target: ToyModel, draft: ToyModel, ctx: tuple, stale: tuple, gamma: int,
+                  rng: np.random.Generator, variant: str):
+    """One cycle of ``variant``; returns the result and the proposals with their draft context."""
+    eos = target.eos
+    stop_at_eos = variant != "emit_after_eos"
+    props: list[int] = []
+    srcs: list[tuple] = []
+    qlaws: list[np.ndarray] = []
+    # 1. draft autoregressively (reused proposals first under the stale variants)
+    while len(props) < gamma:
+        cj = ctx + tuple(props)
+        j = len(props)
+        if j < len(stale):
+            x, src = stale[j]
+            qr = draft.next_law(cj) if variant == "stale_proposals" else draft.next_law(src)
+        else:
+            qr = draft.next_law(cj)
+            x, src = _draw(qr, rng.random()), cj
+        props.append(x)
+        srcs.append(src)
+        qlaws.append(qr)
+        if stop_at_eos and x == eos:
+            break
+    k = len(props)
+    # 2. the target scores every drafted position and the next one
+    plaws = [target.next_law(ctx + tuple(props[:j])) for j in range(k + 1)]
+    # 3. verify in order
+    n_acc = 0
+    for j in range(k):
+        x = props[j]
+        if _token.speculative_accept(float(plaws[j][x]), float(qlaws[j][x]), rng.random()):
+            n_acc += 1
+        else:
+            break
+    if n_acc < k:
+        r = _token.draw_residual(plaws[n_acc], qlaws[n_acc], rng)
+        emitted, bonus = tuple(props[:n_acc]) + (r,), False
+    elif stop_at_eos and props[-1] == eos:
+        emitted, bonus = tuple(props), False
+    else:
+        # 4. bonus token from the next position (or, under the bug, the last drafted one)
+        law = plaws[k - 1] if variant == "bonus_wrong_position" else plaws[k]
+        emitted, bonus = tuple(props) + (_draw(law, rng.random()),), True
+    res = CycleResult(emitted=emitted, drafted=tuple(props), n_accepted=n_acc, n_proposed=k,
+                      hit_eos=eos is not None and eos in emitted, bonus=bonus)
+    return res, tuple(zip(props, srcs))
+
+
+def _next_state(variant: str, ctx: tuple, emitted: tuple, drafted, n_acc: int):
+    """Model context and stale queue after a cycle (5. roll back, or the bugs)."""
+    n_prop = len(drafted)
+    if n_acc < n_prop and variant == "no_rollback":
+        return ctx + tuple(t for t, _ in drafted) + (emitted[-1],), ()
+    if n_acc < n_prop and variant == "stale_proposals":
+        return ctx + emitted, tuple((t, None) for t, _ in drafted[n_acc + 1:])
+    if n_acc < n_prop and variant == "stale_original_q":
+        return ctx + emitted, tuple(drafted[n_acc + 1:])
+    return ctx + emitted, ()
+
+
+def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng: np.random.Generator,
+                      *, variant: str = "correct") -> CycleResult:
+    """Run one speculative cycle from ``prefix`` (reference implementation, one sequence).
+
+    The steps are those of the module docstring: draft ``gamma`` tokens (stopping after an
+    EOS proposal), let the target score every position, accept the longest prefix that
+    passes :func:`specdec.token.speculative_accept`, replace the first rejected proposal by
+    a draw from :func:`specdec.token.draw_residual`, append one target token when all are
+    accepted, never emit past EOS. Random numbers are consumed in this order: one uniform
+    per fresh proposal, one per verified position, one for the residual or bonus draw.
+
+    Parameters
+    ----------
+    target, draft : ToyModel
+        Models over the same vocabulary, with the same EOS id.
+    prefix : sequence of int
+        Confirmed context (prompt and tokens emitted so far); must not contain EOS.
+    gamma : int
+        Draft length (>= 1).
+    rng : numpy.random.Generator
+        Source of randomness.
+    variant : str
+        One of :data:`VARIANTS`. A single cycle from a fresh state is identical under
+        ``"correct"``, ``"no_rollback"`` and the stale variants (they differ only in the
+        state handed to the *next* cycle; use :func:`generate`).
+
+    Returns
+    -------
+    CycleResult
+
+    Raises
+    ------
+    LawError
+        Invalid models, prefix, gamma, rng or variant.
+
+    References
+    ----------
+    Leviathan et al. (2023), Sec. 2.3, Algorithm 1.
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> res = speculative_cycle(p, q, (), 4, np.random.default_rng(0))
+    >>> 1 <= res.n_emitted <= 5 and res.n_accepted <= res.n_proposed <= 4
+    True
+    """
+    _check_models(target, draft)
+    ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
+    gamma = check_int(gamma, "gamma", minimum=1)
+    _check_rng(rng)
+    variant = _check_variant(variant)
+    res, _ = _sample_cycle(target, draft, ctx, (), gamma, rng, variant)
+    return res
+
+
+def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, rng: np.random.Generator,
+             *, variant: str = "correct") -> Generation:
+    """Generate up to ``length`` tokens by repeated speculative cycles.
+
+    Cycles run until at least ``length`` tokens are emitted or an EOS is emitted; the
+    returned tokens are the first ``length`` (the output of the last cycle may be cut).
+    Under the stateful bugs (``"stale_proposals"``, ``"no_rollback"``) and under
+    ``"stale_original_q"`` each cycle hands its discarded proposals to the next one as
+    defined in :func:`block_sequence_law`.
+
+    Parameters
+    ----------
+    target, draft : ToyModel
+        Models over the same vocabulary.
+    prefix : sequence of int
+        Prompt (no EOS).
+    gamma : int
+        Draft length (>= 1).
+    length : int
+        Number of tokens wanted (>= 1).
+    rng : numpy.random.Generator
+        Source of randomness.
+    variant : str
+        One of :data:`VARIANTS`.
+
+    Returns
+    -------
+    Generation
+
+    Raises
+    ------
+    LawError
+        Invalid arguments.
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> out = generate(p, q, (), 3, 5, np.random.default_rng(1))
+    >>> len(out.tokens) <= 5 and sum(c.n_emitted for c in out.cycles) >= len(out.tokens)
+    True
+    """
+    _check_models(target, draft)
+    prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
+    gamma = check_int(gamma, "gamma", minimum=1)
+    length = check_int(length, "length", minimum=1)
+    _check_rng(rng)
+    variant = _check_variant(variant)
+    eos = target.eos
+    ctx, stale, text, cycles = prompt, (), (), []
+    while len(text) < length and (eos is None or eos not in text):
+        res, drafted = _sample_cycle(target, draft, ctx, stale, gamma, rng, variant)
+        cycles.append(res)
+        ctx, stale = _next_state(variant, ctx, res.emitted, drafted, res.n_accepted)
+        text += res.emitted
+    return Generation(tokens=text[:length], cycles=tuple(cycles))
+
+
+# --------------------------------------------------------------------------------------
+# Vectorised Monte Carlo engine (correct algorithm)
+# --------------------------------------------------------------------------------------
+
+
+def residual_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Row-wise :func:`specdec.token.residual` for the vectorised engine.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (n, V)
+        Target and draft laws, one pair per row (assumed valid).
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, V)
+        ``(p - q)^+ / Z`` per row, and ``p`` where ``Z == 0`` (the same convention as
+        :func:`specdec.token.residual`, with which it agrees row by row; see the tests).
+    """
+    plus = np.maximum(p - q, 0.0)
+    z = plus.sum(axis=1, keepdims=True)
+    return np.where(z > 0, plus / np.where(z > 0, z, 1.0), p)
+
+
+def _draw_rows(laws: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draw per row of ``laws`` (n, V) with uniforms ``u`` (n,)."""
+    c = np.cumsum(laws, axis=1)
+    v = laws.shape[1]
+    last = v - 1 - np.argmax(laws[:, ::-1] > 0, axis=1)
+    c[np.arange(v)[None, :] >= last[:, None]] = 1.0
+    return (c <= u[:, None]).sum(axis=1)
+
+
+def _batch_cycle(target: ToyModel, draft: ToyModel, buf: np.ndarray, lens: np.ndarray, gamma: int,
+                 rng: np.random.Generator):
+    """One correct cycle for every row of ``buf`` (modified in place); returns per-row arrays."""
+    n = lens.shape[0]
+    v = target.vocab_size
+    eos = -1 if target.eos is None else target.eos
+    rows = np.arange(n)
+    props = np.zeros((n, gamma), dtype=np.int64)
+    qlaws = np.empty((n, gamma, v))
+    drafting = np.ones(n, dtype=bool)
+    n_prop = np.zeros(n, dtype=np.int64)
+    for j in range(gamma):
+        ql = draft.next_law_batch(buf, lens + j)
+        x = _draw_rows(ql, rng.random(n))
+        buf[rows, lens + j] = x
+        props[:, j] = x
+        qlaws[:, j] = ql
+        n_prop += drafting
+        drafting &= x != eos
+    plaws = np.empty((n, gamma + 1, v))
+    for j in range(gamma + 1):  # the target scores every drafted position and the next one
+        plaws[:, j] = target.next_law_batch(buf, lens + j)
+    cols = np.arange(gamma)
+    px = plaws[rows[:, None], cols[None, :], props]
+    qx = qlaws[rows[:, None], cols[None, :], props]
+    ok = _token.speculative_accept(px, qx, rng.random((n, gamma))) & (cols[None, :] < n_prop[:, None])
+    n_acc = accepted_prefix_length(ok)
+    rejected = n_acc < n_prop
+    eos_stop = ~rejected & (props[rows, n_prop - 1] == eos)
+    bonus = ~rejected & ~eos_stop
+    extra = np.full(n, -1, dtype=np.int64)
+    u = rng.random(n)
+    if rejected.any():
+        r = rows[rejected]
+        extra[r] = _draw_rows(residual_rows(plaws[r, n_acc[r]], qlaws[r, n_acc[r]]), u[r])
+    if bonus.any():
+        b = rows[bonus]
+        extra[b] = _draw_rows(plaws[b, n_prop[b]], u[b])
+    has_extra = ~eos_stop
+    buf[rows[has_extra], (lens + n_acc)[has_extra]] = extra[has_extra]
+    n_emit = n_acc + has_extra
+    hit_eos = eos_stop | (extra == eos)
+    return n_emit, n_acc, n_prop, hit_eos, bonus
+
+
+def _check_batch_args(target, draft, prefix, gamma, n, rng):
+    _check_models(target, draft)
+    prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
+    gamma = check_int(gamma, "gamma", minimum=1)
+    n = check_int(n, "n", minimum=1)
+    _check_rng(rng)
+    return prompt, gamma, n
+
+
+def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: int,
+                    rng: np.random.Generator) -> CycleBatch:
+    """``n`` independent correct cycles from the same prefix, vectorised with numpy.
+
+    Parameters
+    ----------
+    target, draft : ToyModel
+        Models over the same vocabulary (table models are gathered in one numpy step per
+        position; ``law_fn`` models are called once per distinct prefix).
+    prefix : sequence of int
+        Confirmed context (no EOS).
+    gamma : int
+        Draft length (>= 1).
+    n : int
+        Number of cycles (>= 1).
+    rng : numpy.random.Generator
+        Source of randomness.
+
+    Returns
+    -------
+    CycleBatch
+
+    Raises
+    ------
+    LawError
+        Invalid arguments.
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> b = simulate_cycles(p, q, (), 4, 1000, np.random.default_rng(0))
+    >>> b.emitted.shape, bool((b.n_emitted >= 1).all() and (b.n_emitted <= 5).all())
+    ((1000, 5), True)
+    """
+    prompt, gamma, n = _check_batch_args(target, draft, prefix, gamma, n, rng)
+    w = len(prompt) + gamma + 1
+    buf = np.zeros((n, w), dtype=np.int64)
+    buf[:, : len(prompt)] = prompt
+    lens = np.full(n, len(prompt), dtype=np.int64)
+    n_emit, n_acc, n_prop, hit_eos, bonus = _batch_cycle(target, draft, buf, lens, gamma, rng)
+    emitted = buf[:, len(prompt):].copy()
+    emitted[np.arange(gamma + 1)[None, :] >= n_emit[:, None]] = -1
+    return CycleBatch(emitted=emitted, n_emitted=n_emit, n_accepted=n_acc, n_proposed=n_prop,
+                      hit_eos=hit_eos, bonus=bonus, gamma=gamma)
+
+
+def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, n: int,
+                        rng: np.random.Generator) -> GenerationBatch:
+    """``n`` independent generations of up to ``length`` tokens, vectorised with numpy.
+
+    Every sequence runs correct cycles (as :func:`generate` with ``variant="correct"``)
+    until it has ``length`` tokens or has emitted EOS; all unfinished sequences advance by
+    one cycle per numpy step.
+
+    Parameters
+    ----------
+    target, draft : ToyModel
+        Models over the same vocabulary.
+    prefix : sequence of int
+        Prompt (no EOS), shared by all sequences.
+    gamma : int
+        Draft length (>= 1).
+    length : int
+        Tokens wanted per sequence (>= 1).
+    n : int
+        Number of sequences (>= 1).
+    rng : numpy.random.Generator
+        Source of randomness.
+
+    Returns
+    -------
+    GenerationBatch
+
+    Raises
+    ------
+    LawError
+        Invalid arguments.
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> g = simulate_generation(p, q, (), 3, 6, 500, np.random.default_rng(0))
+    >>> g.tokens.shape, int(g.n_cycles.sum()) == g.n_emitted.size
+    ((500, 6), True)
+    """
+    prompt, gamma, n = _check_batch_args(target, draft, prefix, gamma, n, rng)
+    length = check_int(length, "length", minimum=1)
+    p0 = len(prompt)
+    eos = -1 if target.eos is None else target.eos
+    w = p0 + length + gamma + 1
+    buf = np.zeros((n, w), dtype=np.int64)
+    buf[:, :p0] = prompt
+    lens = np.full(n, p0, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    ended = np.zeros(n, dtype=bool)
+    n_cycles = np.zeros(n, dtype=np.int64)
+    rec = {k: [] for k in ("sequence", "n_emitted", "n_accepted", "n_proposed", "hit_eos", "bonus")}
+    while not done.all():
+        act = np.flatnonzero(~done)
+        sub = buf[act]
+        sub_lens = lens[act]
+        n_emit, n_acc, n_prop, hit_eos, bonus = _batch_cycle(target, draft, sub, sub_lens, gamma, rng)
+        buf[act] = sub
+        lens[act] = sub_lens + n_emit
+        n_cycles[act] += 1
+        ended[act] |= hit_eos
+        done[act] = ended[act] | (lens[act] - p0 >= length)
+        for k, val in zip(rec, (act, n_emit, n_acc, n_prop, hit_eos, bonus)):
+            rec[k].append(val)
+    # sequences are stored cycle-major; sort by sequence (stable) so each one's cycles are contiguous
+    flat = {k: np.concatenate(v) for k, v in rec.items()}
+    order = np.argsort(flat["sequence"], kind="stable")
+    flat = {k: v[order] for k, v in flat.items()}
+    n_tok = np.minimum(lens - p0, length)
+    if target.eos is not None:
+        text = buf[:, p0:p0 + length]
+        is_eos = text == eos
+        first = np.where(is_eos.any(axis=1), np.argmax(is_eos, axis=1) + 1, length)
+        n_tok = np.minimum(n_tok, first)
+    tokens = buf[:, p0:p0 + length].copy()
+    tokens[np.arange(length)[None, :] >= n_tok[:, None]] = -1
+    return GenerationBatch(tokens=tokens, n_tokens=n_tok, n_cycles=n_cycles, gamma=gamma, **flat)
+
+
+# --------------------------------------------------------------------------------------
+# Exact laws by enumeration
+# --------------------------------------------------------------------------------------
+
+
+class _Steps:
+    """Memoised laws (as supports) and the acceptance/residual of each (p, q) pair."""
+
+    def __init__(self, target: ToyModel, draft: ToyModel):
+        self.target, self.draft = target, draft
+        self.pairs: dict[tuple, tuple] = {}
+        self.supports: dict[tuple, list] = {}
+
+    def p(self, ctx):
+        return self._support("p", self.target, ctx)
+
+    def q(self, ctx):
+        return self._support("q", self.draft, ctx)
+
+    def _support(self, tag, model, ctx):
+        key = (tag, ctx)
+        hit = self.supports.get(key)
+        if hit is None:
+            hit = _support(model.next_law(ctx))
+            self.supports[key] = hit
+        return hit
+
+    def step(self, pctx, qctx):
+        """``(acceptance probabilities as a list, support of the residual)``."""
+        key = (pctx, qctx)
+        hit = self.pairs.get(key)
+        if hit is None:
+            p, q = self.target.next_law(pctx), self.draft.next_law(qctx)
+            hit = (_token.acceptance_probabilities(p, q).tolist(), _support(_token.residual(p, q)))
+            self.pairs[key] = hit
+        return hit
+
+
+def _support(law: np.ndarray):
+    """``[(token, probability), ...]`` over the tokens of positive probability."""
+    return [(t, w) for t, w in enumerate(law.tolist()) if w > 0]
+
+
+def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant: str, eos, need):
+    """Enumerate one cycle: yields ``(prob, emitted, drafted, n_accepted, bonus)``.
+
+    ``drafted`` is a tuple of ``(token, draft_context)`` pairs (``None`` when the outcome
+    already fills ``need`` tokens or ends at EOS, so the next state is irrelevant).
+    Proposals are enumerated interleaved with their verification; proposals after a
+    rejection are enumerated only when the variant carries them into the next state.
+    """
+    stop_at_eos = variant != "emit_after_eos"
+    keep_tail = variant in _STATEFUL
+    out = []
+
+    def proposal(j, cj):
+        """Branches ``(token, weight, q_context_for_ratio, source_context)`` at position j."""
+        if j < len(stale):
+            x, src = stale[j]
+            qctx = cj if variant == "stale_proposals" else src
+            return [(x, 1.0, qctx, src)]
+        return [(x, w, cj, cj) for x, w in steps.q(cj)]
+
+    def tails(j, cj, drafted, prob):
+        """Complete the discarded proposals after a rejection at position j - 1."""
+        if j >= gamma or (stop_at_eos and drafted[-1][0] == eos):
+            out_t.append((prob, drafted))
+            return
+        for x, w, _, src in proposal(j, cj):
+            tails(j + 1, cj + (x,), drafted + ((x, src),), prob * w)
+
+    def rec(j, props, drafted, prob):
+        cj = ctx + props
+        if j >= need:  # enough tokens: what follows is cut away
+            out.append((prob, props[:need], None, j, False))
+            return
+        if j == gamma or (j > 0 and stop_at_eos and props[-1] == eos):
+            if stop_at_eos and j > 0 and props[-1] == eos:
+                out.append((prob, props, drafted, j, False))
+                return
+            law = steps.p(ctx + props[:-1]) if variant == "bonus_wrong_position" else steps.p(cj)
+            for b, w in law:
+                out.append((prob * w, props + (b,), drafted, j, True))
+            return
+        for x, w, qctx, src in proposal(j, cj):
+            acc, res = steps.step(cj, qctx)
+            a = acc[x]
+            d2 = drafted + ((x, src),)
+            if a > 0:
+                rec(j + 1, props + (x,), d2, prob * w * a)
+            if a < 1:
+                pr = prob * w * (1.0 - a)
+                for r, wr in res:
+                    emitted = props + (r,)
+                    terminal = len(emitted) >= need or r == eos
+                    if keep_tail and not terminal:
+                        out_t.clear()
+                        tails(j + 1, cj + (x,), d2, pr * wr)
+                        for pt, dt in list(out_t):
+                            out.append((pt, emitted, dt, j, False))
+                    else:
+                        out.append((pr * wr, emitted, None if terminal else d2, j, False))
+
+    out_t: list = []
+    rec(0, (), (), 1.0)
+    return out
+
+
+def _canonical(target: ToyModel, draft: ToyModel):
+    """Function shortening a context to the suffix that fixes every future law of both models."""
+    mems = (target.memory, draft.memory)
+    if None in mems:
+        return lambda ctx: ctx
+    keep = max(mems)
+    return lambda ctx: ctx[-keep:] if len(ctx) > keep else ctx
+
+
+def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
+                       variant: str = "correct") -> dict[tuple[int, ...], float]:
+    """Exact law of the first ``length`` tokens emitted by repeated speculative cycles.
+
+    Sums, in floating point, over every draft trajectory and every accept/reject branch
+    of every cycle (no sampling). Cycles start from the prompt and continue until
+    ``length`` tokens are emitted or the text contains EOS. Work is organised as a dynamic
+    programme over states (text, model context, reused proposals) in order of text
+    length, so each state's cycle is enumerated once; branches that can no longer affect
+    the first ``length`` tokens are merged. Cost grows like ``V ** length``: keep
+    ``V <= 5`` and ``length <= 6``.
+
+    Variants (precise definitions; the first is the algorithm of the module docstring):
+
+    ``"correct"``
+        As in the module docstring.
+    ``"stale_proposals"``
+        After a rejection at position ``i`` of a cycle with proposals ``d_1..d_k``, the
+        next cycle does not redraft: its first proposals are the stale ``d_{i+1}..d_k``
+        (drawn from ``q`` conditioned on the *rejected* ``d_i``), followed by fresh
+        proposals up to ``gamma`` in total. The stale tokens are verified as if they had
+        been drafted at the current context: ratio ``p(x | text) / q(x | text)`` and
+        residual ``(p - q(. | text))^+`` (the draft model re-scores them on the corrected
+        text). The proposal's real law and the law in the ratio differ, so the output law
+        is wrong.
+    ``"stale_original_q"``
+        Same reuse, but each stale token keeps the draft law it was actually drawn from
+        (ratio and residual use ``q(. | old context)``). Not a bug: the acceptance test is
+        valid for *any* proposal law as long as the ratio uses the law the proposal was
+        really drawn from, so this variant is exact. It shows what the previous bug breaks.
+    ``"no_rollback"``
+        After a rejection at position ``i``, the caches are not cropped: both models keep
+        every proposal ``d_1..d_k`` of the cycle in their context and the corrected token is
+        appended after them. The emitted text is correct for this cycle
+        (``d_1..d_{i-1}, r``), but every later law is computed from the polluted context
+        ``(context, d_1..d_k, r)`` (its last tokens and its length, i.e. the position, are
+        wrong). After a fully accepted cycle the contexts agree again.
+    ``"bonus_wrong_position"``
+        When all ``gamma`` proposals are accepted (and the last is not EOS), the extra token
+        is drawn from the target law of the last *drafted* position,
+        ``p(. | x, d_1..d_{gamma-1})`` (the row that scored ``d_gamma``: an off-by-one in
+        the logits index), instead of ``p(. | x, d_1..d_gamma)``.
+    ``"emit_after_eos"``
+        Drafting does not stop at EOS and the cycle does not end at an accepted EOS: all
+        ``gamma`` positions are verified as usual and everything the cycle emits is kept,
+        including tokens after an accepted EOS (and a bonus when all are accepted).
+        Generation stops after the first cycle whose output contains EOS. The sequence
+        keys of this variant are **not** cut at EOS, so its law puts mass on sequences that
+        continue past EOS, which the target never produces.
+
+    Parameters
+    ----------
+    target, draft : ToyModel
+        Models over the same vocabulary and EOS id.
+    prefix : sequence of int
+        Prompt (no EOS).
+    gamma : int
+        Draft length (>= 1).
+    length : int
+        Number of emitted tokens whose law is computed (>= 1).
+    variant : str
+        One of :data:`VARIANTS`.
+
+    Returns
+    -------
+    dict[tuple[int, ...], float]
+        Sequence -> probability (keys as in :func:`specdec.models.sequence_law`); values
+        sum to 1 up to rounding.
+
+    Raises
+    ------
+    LawError
+        Invalid arguments.
+
+    References
+    ----------
+    Leviathan et al. (2023), Sec. 2.3 and App. A.1 (each position's output law is the
+    target's given the emitted prefix, which by induction gives the law of the block).
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair, sequence_law
+    >>> p, q = toy_pair()
+    >>> law = block_sequence_law(p, q, (), 2, 3)
+    >>> round(law_tv(law, sequence_law(p, (), 3)), 12)
+    0.0
+    """
+    _check_models(target, draft)
+    prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
+    gamma = check_int(gamma, "gamma", minimum=1)
+    length = check_int(length, "length", minimum=1)
+    variant = _check_variant(variant)
+    eos = target.eos
+    steps = _Steps(target, draft)
+    canon = _canonical(target, draft)
+    memo: dict[tuple, list] = {}
+    buckets: list[dict] = [defaultdict(float) for _ in range(length)]
+    buckets[0][((), canon(prompt), ())] = 1.0
+    law: dict[tuple[int, ...], float] = defaultdict(float)
+    for level in range(length):
+        for (text, ctx, stale), prob in buckets[level].items():
+            need = length - level
+            outs = memo.get((ctx, stale, need))
+            if outs is None:  # a cycle's outcomes depend on the model context, not on the text
+                outs = memo[(ctx, stale, need)] = _cycle_outcomes(steps, ctx, stale, gamma, variant, eos, need)
+            for pr, emitted, drafted, n_acc, _ in outs:
+                text2 = text + emitted
+                if len(text2) >= length or (eos is not None and eos in text2):
+                    law[text2[:length]] += prob * pr
+                    continue
+                ctx2, stale2 = _next_state(variant, ctx, emitted, drafted, n_acc)
+                ctx2 = canon(ctx2)
+                stale2 = tuple((t, None if src is None else canon(src)) for t, src in stale2)
+                buckets[len(text2)][(text2, ctx2, stale2)] += prob * pr
+        buckets[level] = {}
+    return dict(law)
+
+
+def sequence_law(target: ToyModel, draft: ToyModel, gamma: int, length: int, variant: str = "correct",
+                 *, prefix=()) -> dict[tuple[int, ...], float]:
+    """:func:`block_sequence_law` with the prompt as a keyword (empty by default)."""
+    return block_sequence_law(target, draft, prefix, gamma, length, variant)
+
+
+def target_sequence_law(target: ToyModel, prefix, length: int) -> dict[tuple[int, ...], float]:
+    """Law of the next ``length`` tokens sampled from the target alone.
+
+    Same as :func:`specdec.models.sequence_law`; the reference every exact variant of
+    :func:`block_sequence_law` must equal.
+    """
+    return _target_sequence_law(target, prefix, length)
+
+
+def _cycle_table(target, draft, prefix, gamma, variant):
+    _check_models(target, draft)
+    ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
+    gamma = check_int(gamma, "gamma", minimum=1)
+    variant = _check_variant(variant)
+    steps = _Steps(target, draft)
+    return gamma, _cycle_outcomes(steps, ctx, (), gamma, variant, target.eos, np.inf)
+
+
+def cycle_length_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, variant: str = "correct") -> np.ndarray:
+    """Exact law of the number of tokens one cycle emits from ``prefix``.
+
+    Parameters
+    ----------
+    target, draft : ToyModel
+        Models over the same vocabulary.
+    prefix : sequence of int
+        Confirmed context (no EOS).
+    gamma : int
+        Draft length (>= 1).
+    variant : str
+        One of :data:`VARIANTS` (a single cycle from a fresh state).
+
+    Returns
+    -------
+    numpy.ndarray, shape (gamma + 2,)
+        Entry ``n`` is the probability of emitting exactly ``n`` tokens; entry 0 is 0 (a
+        cycle always emits at least one token).
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> law = cycle_length_law(p, q, (), 3)
+    >>> law.shape, float(law[0]), round(float(law.sum()), 12)
+    ((5,), 0.0, 1.0)
+    """
+    gamma, outs = _cycle_table(target, draft, prefix, gamma, variant)
+    law = np.zeros(gamma + 2)
+    for pr, emitted, *_ in outs:
+        law[len(emitted)] += pr
+    return law
+
+
+def accepted_count_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, variant: str = "correct") -> np.ndarray:
+    """Exact law of the number of accepted proposals in one cycle from ``prefix``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (gamma + 1,)
+        Entry ``i`` is P(exactly ``i`` proposals accepted).
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair(closeness=1.0, eos=None)
+    >>> accepted_count_law(p, q, (), 2).round(12).tolist()   # q = p: nothing is rejected
+    [0.0, 0.0, 1.0]
+    """
+    gamma, outs = _cycle_table(target, draft, prefix, gamma, variant)
+    law = np.zeros(gamma + 1)
+    for pr, _, _, n_acc, _ in outs:
+        law[n_acc] += pr
+    return law
+
+
+def align_laws(*laws: dict) -> tuple[list[tuple], list[np.ndarray]]:
+    """Put several sequence laws on a common, sorted list of keys.
+
+    Returns
+    -------
+    keys : list of tuple
+        Union of the keys, sorted by (length, tokens).
+    arrays : list of numpy.ndarray, each of shape (len(keys),)
+        Probabilities of each law on ``keys`` (0 where absent).
+    """
+    keys = sorted(set().union(*[set(l) for l in laws]), key=lambda k: (len(k), k))
+    return keys, [np.array([l.get(k, 0.0) for k in keys]) for l in laws]
+
+
+def law_tv(a: dict, b: dict) -> float:
+    """Total variation distance between two sequence laws (dicts).
+
+    Uses :func:`specdec.laws.tv_distance` on the aligned vectors (which validates them).
+
+    Examples
+    --------
+    >>> law_tv({(0,): 0.5, (1,): 0.5}, {(0,): 1.0})
+    0.5
+    """
+    _, (x, y) = align_laws(a, b)
+    return tv_distance(x, y)
+
+
+# --------------------------------------------------------------------------------------
+# Accounting
+# --------------------------------------------------------------------------------------
+
+
+def accepted_prefix_length(outcomes) -> np.ndarray | int:
+    """Number of accepted proposals: the length of the leading run of acceptances.
+
+    Proposals after the first rejection are discarded even if their own test would have
+    passed, so ``[accept, reject, accept, accept]`` counts 1.
+
+    Parameters
+    ----------
+    outcomes : array_like of bool, shape (..., gamma)
+        Accept (``True``) / reject per proposal, in draft order.
+
+    Returns
+    -------
+    int or numpy.ndarray of int, shape (...)
+        Index of the first rejection, or ``gamma`` if none.
+
+    Examples
+    --------
+    >>> accepted_prefix_length([True, False, True, True])
+    1
+    >>> accepted_prefix_length([[True, True], [False, True]]).tolist()
+    [2, 0]
+    """
+    arr = np.asarray(outcomes)
+    if arr.ndim == 0:
+        raise LawError("outcomes: must have at least one dimension (one entry per proposal)")
+    if arr.dtype != np.bool_:
+        if not np.isin(arr, (0, 1)).all():
+            raise LawError("outcomes: entries must be booleans (accept = True)")
+        arr = arr.astype(bool)
+    out = np.where(arr.all(axis=-1), arr.shape[-1], np.argmin(arr, axis=-1))
+    return int(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Throughput accounting of a run, honest and inflated, from the same cycles.
+
+    Attributes
+    ----------
+    n_cycles : int
+        Cycles (serial target calls).
+    emitted : int
+        Tokens emitted (the output).
+    accepted : int
+        Proposals accepted (accepted prefixes only).
+    proposed : int
+        Proposals drafted.
+    tokens_per_cycle : float
+        ``emitted / n_cycles``: the honest throughput per target call (E when estimated).
+    acceptance_rate : float
+        ``accepted / proposed``.
+    mean_accepted_length : float
+        ``accepted / n_cycles``: mean length of the accepted prefix.
+    drafted_per_cycle : float
+        ``proposed / n_cycles``: the inflated figure obtained by counting every drafted
+        token as output.
+    inflation : float
+        ``proposed / emitted``: factor by which that figure overstates the output (can be
+        below 1 when nearly everything is accepted, because of the bonus token).
+    """
+
+    n_cycles: int
+    emitted: int
+    accepted: int
+    proposed: int
+    tokens_per_cycle: float
+    acceptance_rate: float
+    mean_accepted_length: float
+    drafted_per_cycle: float
+    inflation: float
+
+
+def account_counts(accepted, *, proposed, emitted=None) -> Accounting:
+    """Accounting from per-cycle counts.
+
+    Parameters
+    ----------
+    accepted : array_like of int, shape (n_cycles,)
+        Accepted proposals per cycle.
+    proposed : int or array_like of int, shape (n_cycles,)
+        Proposals per cycle (an int is the same ``gamma`` for every cycle).
+    emitted : array_like of int, shape (n_cycles,), optional
+        Emitted tokens per cycle; default ``accepted + 1`` (no EOS: every cycle ends with
+        one residual or bonus token).
+
+    Returns
+    -------
+    Accounting
+
+    Raises
+    ------
+    LawError
+        Empty input, negative counts, ``accepted > proposed``, ``emitted`` outside
+        ``[max(accepted, 1), accepted + 1]``.
+
+    Examples
+    --------
+    >>> a = account_counts([4, 0, 2], proposed=4)
+    >>> a.emitted, a.tokens_per_cycle, a.accepted, a.proposed, a.acceptance_rate
+    (9, 3.0, 6, 12, 0.5)
+    """
+    acc = np.asarray(accepted)
+    if acc.ndim != 1 or acc.size == 0:
+        raise LawError(f"accepted: must be a non-empty 1-D array of counts (got shape {acc.shape})")
+    if not np.issubdtype(acc.dtype, np.integer):
+        raise LawError(f"accepted: counts must be integers (got dtype {acc.dtype})")
+    prop = np.broadcast_to(np.asarray(proposed), acc.shape)
+    if not np.issubdtype(prop.dtype, np.integer) or (prop < 1).any():
+        raise LawError("proposed: must be integers >= 1 (one per cycle, or one gamma for all)")
+    if (acc < 0).any() or (acc > prop).any():
+        raise LawError("accepted: counts must be in [0, proposed] for every cycle")
+    emit = acc + 1 if emitted is None else np.asarray(emitted)
+    if emit.shape != acc.shape or not np.issubdtype(emit.dtype, np.integer):
+        raise LawError(f"emitted: must be integer counts of shape {acc.shape} (got {emit.shape})")
+    if (emit < np.maximum(acc, 1)).any() or (emit > acc + 1).any():
+        raise LawError("emitted: must be in [max(accepted, 1), accepted + 1] for every cycle")
+    n = int(acc.size)
+    e, a, p = int(emit.sum()), int(acc.sum()), int(prop.sum())
+    return Accounting(n_cycles=n, emitted=e, accepted=a, proposed=p, tokens_per_cycle=e / n,
+                      acceptance_rate=a / p, mean_accepted_length=a / n, drafted_per_cycle=p / n,
+                      inflation=p / e)
+
+
+def account(cycles) -> Accounting:
+    """Accounting of a run: honest tokens per cycle and the inflated drafted-as-output figure.
+
+    Parameters
+    ----------
+    cycles : iterable of CycleResult, Generation, CycleBatch or GenerationBatch
+        The cycles of a run.
+
+    Returns
+    -------
+    Accounting
+
+    Raises
+    ------
+    LawError
+        If there are no cycles.
+
+    Examples
+    --------
+    >>> cs = [CycleResult((1, 2, 3, 0, 2), (1, 2, 3, 0), 4, 4, False, True),
+    ...       CycleResult((2,), (1, 1, 1, 1), 0, 4, False, False),
+    ...       CycleResult((0, 1, 2), (0, 1, 0, 0), 2, 4, False, False)]
+    >>> account(cs).tokens_per_cycle
+    3.0
+    """
+    if isinstance(cycles, (CycleBatch, GenerationBatch)):
+        return account_counts(cycles.n_accepted, proposed=cycles.n_proposed, emitted=cycles.n_emitted)
+    if isinstance(cycles, Generation):
+        cycles = cycles.cycles
+    cs = list(cycles)
+    if not cs:
+        raise LawError("cycles: must contain at least one cycle")
+    return account_counts(np.array([c.n_accepted for c in cs], dtype=np.int64),
+                          proposed=np.array([c.n_proposed for c in cs], dtype=np.int64),
+                          emitted=np.array([c.n_emitted for c in cs], dtype=np.int64))
