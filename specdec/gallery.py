@@ -414,6 +414,11 @@ class GalleryEntry:
         ``make() -> sampler`` (a fresh instance for stateful samplers).
     kind : str
         ``"token"`` or ``"block"``.
+    exact : callable or None
+        ``exact(case) -> law``: the exact output law of the sampler on a battery case,
+        computed independently of any sampling (a ``(V,)`` array for token cases, a
+        ``{sequence: probability}`` dict for block cases); ``None`` where the library has
+        no such computation.
     """
 
     key: str
@@ -421,6 +426,18 @@ class GalleryEntry:
     title: str
     make: Callable[[], Callable]
     kind: str
+    exact: Callable | None = None
+
+    def exact_tv(self, case) -> float | None:
+        """Exact TV distance between the sampler's output law and the target, on ``case``."""
+        if self.exact is None:
+            return None
+        law = self.exact(case)
+        if self.kind == "token":
+            return laws.tv_distance(law, case.p)
+        from specdec import block, models
+
+        return block.law_tv(law, models.sequence_law(case.target, case.prefix, case.length))
 
 
 def _block_library():
@@ -429,37 +446,80 @@ def _block_library():
     return block.speculative_cycle
 
 
+def _settings(case) -> dict:
+    return dict(temperature=case.temperature, top_k=case.top_k, top_p=case.top_p)
+
+
+def _accept(p, q) -> np.ndarray:
+    """min(1, p/q), 1 where q = 0 (never proposed)."""
+    return token.acceptance_probabilities(p, q)
+
+
+def _exact_greedy(case) -> np.ndarray:
+    g = int(np.argmax(case.draft_logits))
+    point = np.zeros_like(case.q)
+    point[g] = 1.0
+    return token.mixture_law(point, _accept(case.p, case.q), token.residual(case.p, case.q))
+
+
+def _exact_truncated(case) -> np.ndarray:
+    q_full = laws.softmax(case.draft_logits, case.temperature)
+    return token.mixture_law(case.q, _accept(case.p, q_full), token.residual(case.p, q_full))
+
+
+def _exact_untempered(case) -> np.ndarray:
+    return laws.sampling_law(case.target_logits, **dict(_settings(case), temperature=1.0))
+
+
+def _exact_stale(case) -> dict:
+    from specdec import block
+
+    return block.block_sequence_law(case.target, case.draft, case.prefix, case.gamma, case.length,
+                                    "stale_proposals")
+
+
+def _exact_target(case):
+    from specdec import models
+
+    if hasattr(case, "p"):
+        return case.p
+    return models.sequence_law(case.target, case.prefix, case.length)
+
+
 #: The correct samplers, which must pass.
 CORRECT: tuple[GalleryEntry, ...] = (
     GalleryEntry("library_step", 0, "library step (specdec.token.sample_step)",
-                 lambda: token.sample_step, "token"),
+                 lambda: token.sample_step, "token", _exact_target),
     GalleryEntry("library_vectorised", 0, "library engine (simulate_tokens), vectorised",
-                 lambda: library_vectorised, "token"),
+                 lambda: library_vectorised, "token", _exact_target),
     GalleryEntry("vectorised_correct", 0, "vectorised sampler of this module",
-                 lambda: vectorised_correct, "token"),
+                 lambda: vectorised_correct, "token", _exact_target),
     GalleryEntry("processed_correct", 0, "from logits, same processing for both laws",
-                 lambda: processed_correct, "token"),
+                 lambda: processed_correct, "token", _exact_target),
     GalleryEntry("library_cycle", 0, "library cycle (specdec.block.speculative_cycle)",
-                 _block_library, "block"),
+                 _block_library, "block", _exact_target),
     GalleryEntry("library_generation", 0, "library block engine (simulate_generation), vectorised",
-                 lambda: library_generation, "block"),
+                 lambda: library_generation, "block", _exact_target),
 )
 
 #: The buggy samplers, each of which must be caught.
 BUGS: tuple[GalleryEntry, ...] = (
-    GalleryEntry("always_accept", 1, "accept test always passes", lambda: always_accept, "token"),
+    GalleryEntry("always_accept", 1, "accept test always passes", lambda: always_accept, "token",
+                 lambda case: case.q),
     GalleryEntry("greedy_draft", 2, "greedy draft, ratio on its softmax", lambda: greedy_draft,
-                 "token"),
+                 "token", _exact_greedy),
     GalleryEntry("truncated_draft", 3, "draft samples top-k/top-p, ratio untruncated",
-                 lambda: truncated_draft, "token"),
+                 lambda: truncated_draft, "token", _exact_truncated),
     GalleryEntry("untempered_target", 4, "temperature on the draft only", lambda: untempered_target,
-                 "token"),
+                 "token", _exact_untempered),
     GalleryEntry("drop_rejected", 5, "recovery: p without the rejected token",
-                 lambda: drop_rejected, "token"),
+                 lambda: drop_rejected, "token",
+                 lambda case: token.output_law(case.p, case.q, "drop_rejected")),
     GalleryEntry("shared_uniform", 6, "one uniform for test and residual", lambda: shared_uniform,
-                 "token"),
-    GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposals, "block"),
+                 "token", lambda case: token.output_law(case.p, case.q, "shared_uniform")),
+    GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposals, "block",
+                 _exact_stale),
     GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollback, "block"),
     GalleryEntry("overcounting", 9, "accounting: accepts after a rejection counted",
-                 lambda: overcounting_cycle, "block"),
+                 lambda: overcounting_cycle, "block", _exact_target),
 )
