@@ -235,7 +235,86 @@ _SECTION_1_4: tuple[Claim, ...] = (
 # Sections 5-8 (token to block, cost model, limits of the model, measurements).
 # Append Claim(...) entries to this tuple; keys start with "s5_" ... "s8_".
 # ======================================================================================
-_SECTION_5_8: tuple[Claim, ...] = ()
+# Recomputations import specdec.cost / specdec.block lazily, so that importing the claims
+# table stays cheap and free of import cycles.
+
+
+def _cost():
+    from . import cost
+    return cost
+
+
+def _cycle_extremes() -> tuple[float, float]:
+    """(fewest tokens, most tokens - gamma) emitted by one exact cycle, over gamma 1..4."""
+    from .block import cycle_length_law
+    from .models import toy_pair
+    lo, hi = np.inf, -np.inf
+    for target, draft in (toy_pair(), toy_pair(3, seed=3, eos=None)):
+        for gamma in (1, 2, 3, 4):
+            law = cycle_length_law(target, draft, (), gamma)
+            support = np.flatnonzero(law > 0)
+            lo, hi = min(lo, support.min()), max(hi, support.max() - gamma)
+    return float(lo), float(hi)
+
+
+def _best(alpha: float, c: float):
+    return _cost().best_gamma(alpha, c, _cost().ARTICLE_GAMMAS)
+
+
+def _joint_identity_error() -> float:
+    cost = _cost()
+    return max(abs(cost.expected_tokens_joint([a ** i for i in range(1, g + 1)]) - cost.expected_tokens(a, g))
+               for a in cost.ARTICLE_ALPHAS for g in cost.ARTICLE_GAMMAS)
+
+
+_SECTION_5_8: tuple[Claim, ...] = (
+    # Section 5: from token to block
+    Claim("s5_cycle_min_tokens", 5, "A cycle emits at least one token (exact cycle laws, gamma 1-4).",
+          1.0, 0.0, lambda: _cycle_extremes()[0]),
+    Claim("s5_cycle_max_extra", 5,
+          "A cycle emits at most gamma + 1 tokens (largest emitted count minus gamma, gamma 1-4).",
+          1.0, 0.0, lambda: _cycle_extremes()[1]),
+    # Section 6: when a longer draft pays
+    Claim("s6_grid_gamma_min", 6, "The sweep starts at gamma = 1.", 1.0, 0.0,
+          lambda: float(min(_cost().ARTICLE_GAMMAS))),
+    Claim("s6_grid_gamma_max", 6, "The sweep ends at gamma = 16.", 16.0, 0.0,
+          lambda: float(max(_cost().ARTICLE_GAMMAS))),
+    Claim("s6_grid_alpha_low", 6, "The sweep's smallest alpha is 0.3.", 0.3, 0.0,
+          lambda: float(_cost().ARTICLE_ALPHAS[0])),
+    Claim("s6_grid_alpha_mid", 6, "The sweep's middle alpha is 0.7.", 0.7, 0.0,
+          lambda: float(_cost().ARTICLE_ALPHAS[1])),
+    Claim("s6_grid_alpha_high", 6, "The sweep's largest alpha is 0.9.", 0.9, 0.0,
+          lambda: float(_cost().ARTICLE_ALPHAS[2])),
+    Claim("s6_grid_c_low", 6, "The sweep's cheaper draft costs c = 0.05.", 0.05, 0.0,
+          lambda: float(_cost().ARTICLE_CS[0])),
+    Claim("s6_grid_c_high", 6, "The sweep's dearer draft costs c = 0.20.", 0.20, 0.0,
+          lambda: float(_cost().ARTICLE_CS[1])),
+    Claim("s6_c_ratio", 6, "The dearer draft costs four times more (0.20 / 0.05).", 4.0, 1e-12,
+          lambda: float(_cost().ARTICLE_CS[1] / _cost().ARTICLE_CS[0])),
+    Claim("s6_best_gamma_c005", 6, "At alpha = 0.7, c = 0.05 the grid maximum is at gamma = 6.",
+          6.0, 0.0, lambda: float(_best(0.7, 0.05).gamma)),
+    Claim("s6_expected_tokens", 6, "There E = 3.058819 tokens per cycle.",
+          3.058819, 5e-7, lambda: _best(0.7, 0.05).expected_tokens),
+    Claim("s6_speedup_c005", 6, "There S is about 2.353.",
+          2.353, 5e-4, lambda: _best(0.7, 0.05).speedup),
+    Claim("s6_best_gamma_c020", 6, "With c = 0.20 the grid maximum moves to gamma = 3.",
+          3.0, 0.0, lambda: float(_best(0.7, 0.20).gamma)),
+    Claim("s6_speedup_c020", 6, "There S is about 1.583.",
+          1.583, 5e-4, lambda: _best(0.7, 0.20).speedup),
+    Claim("s6_alpha0_tokens", 6, "At alpha = 0 the draft yields nothing: E = 1 for every gamma on the grid.",
+          1.0, 0.0, lambda: float(max(_cost().expected_tokens(0.0, g) for g in _cost().ARTICLE_GAMMAS))),
+    # Section 7: when the simple model stops being enough
+    Claim("s7_numerator", 7, "With alpha = 0.7, gamma = 6 the numerator is still 3.058819.",
+          3.058819, 5e-7, lambda: _cost().expected_tokens(0.7, 6)),
+    Claim("s7_ratio_g3", 7, "If verification costs g = 3 target steps, the ratio falls to about 0.927.",
+          0.927, 5e-4, lambda: _cost().speedup(0.7, 6, 0.05, g=3)),
+    Claim("s7_slower_g3", 7, "With g = 3 the method is slower than plain decoding (ratio below 1).",
+          1.0, 0.0, lambda: _cost().speedup(0.7, 6, 0.05, g=3), relation="lt"),
+    Claim("s7_joint_identity", 7,
+          "E = 1 + sum of P(first i accepted); with independent acceptances it equals the closed "
+          "form (max error over the sweep).",
+          0.0, 1e-12, _joint_identity_error),
+)
 # ======================================================================================
 
 #: Every numeric claim of the article, sections in order.

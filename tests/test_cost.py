@@ -203,3 +203,43 @@ def test_expected_tokens_bounds_and_tail_sum(alpha, gamma):
     assert 1.0 - 1e-12 <= e <= gamma + 1 + 1e-12
     assert abs(e - sum(alpha**i for i in range(gamma + 1))) < 1e-9 * (gamma + 1)
     assert expected_tokens(alpha, gamma + 1) >= e - 1e-12
+
+
+# --------------------------------------------------------- claims of sections 5 to 7
+
+
+SECTION_5_7_KEYS = [
+    "s5_cycle_min_tokens", "s5_cycle_max_extra",
+    "s6_grid_gamma_min", "s6_grid_gamma_max", "s6_grid_alpha_low", "s6_grid_alpha_mid",
+    "s6_grid_alpha_high", "s6_grid_c_low", "s6_grid_c_high", "s6_c_ratio",
+    "s6_best_gamma_c005", "s6_expected_tokens", "s6_speedup_c005", "s6_best_gamma_c020",
+    "s6_speedup_c020", "s6_alpha0_tokens",
+    "s7_numerator", "s7_ratio_g3", "s7_slower_g3", "s7_joint_identity",
+]
+
+
+@pytest.mark.parametrize("key", SECTION_5_7_KEYS)
+def test_claims_of_sections_5_to_7_hold(key):
+    from specdec import claims
+
+    c = claims.claim(key)
+    assert c.section == int(key[1])
+    assert claims.check(key, c.recompute()) == pytest.approx(c.recompute())
+
+
+def test_claims_values_and_failures():
+    from specdec import claims
+
+    assert claims.claim("s6_expected_tokens").stated == 3.058819
+    assert claims.claim("s6_speedup_c005").stated == 2.353
+    assert claims.claim("s6_best_gamma_c020").stated == 3
+    assert claims.claim("s6_speedup_c020").stated == 1.583
+    assert claims.claim("s7_ratio_g3").stated == 0.927
+    claims.check("s6_best_gamma_c005", best_gamma(0.7, 0.05).gamma)
+    claims.check("s7_ratio_g3", speedup(0.7, 6, 0.05, g=3))
+    with pytest.raises(AssertionError, match="s6_best_gamma_c005"):
+        claims.check("s6_best_gamma_c005", 7)
+    with pytest.raises(AssertionError, match="s6_speedup_c005"):
+        claims.check("s6_speedup_c005", 2.36)
+    with pytest.raises(AssertionError, match="s7_slower_g3"):
+        claims.check("s7_slower_g3", speedup(0.7, 6, 0.05))  # g = 1: faster, the claim is about g = 3
