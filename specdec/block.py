@@ -524,7 +524,7 @@ def _check_batch_args(target, draft, prefix, gamma, n, rng):
 
 
 def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: int,
-                    rng: np.random.Generator) -> CycleBatch:
+                    rng: np.random.Generator, *, chunk: int = 2**16) -> CycleBatch:
     """``n`` independent correct cycles from the same prefix, vectorised with numpy.
 
     Parameters
@@ -540,6 +540,10 @@ def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: in
         Number of cycles (>= 1).
     rng : numpy.random.Generator
         Source of randomness.
+    chunk : int
+        Cycles simulated per numpy step (working memory is about
+        ``chunk * (gamma + 1) * V * 16`` bytes whatever ``n``). The random stream, hence the
+        exact output for a given seed, depends on ``chunk``; its law does not.
 
     Returns
     -------
@@ -559,19 +563,24 @@ def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: in
     ((1000, 5), True)
     """
     prompt, gamma, n = _check_batch_args(target, draft, prefix, gamma, n, rng)
-    w = len(prompt) + gamma + 1
-    buf = np.zeros((n, w), dtype=np.int64)
-    buf[:, : len(prompt)] = prompt
-    lens = np.full(n, len(prompt), dtype=np.int64)
-    n_emit, n_acc, n_prop, hit_eos, bonus = _batch_cycle(target, draft, buf, lens, gamma, rng)
-    emitted = buf[:, len(prompt):].copy()
-    emitted[np.arange(gamma + 1)[None, :] >= n_emit[:, None]] = -1
-    return CycleBatch(emitted=emitted, n_emitted=n_emit, n_accepted=n_acc, n_proposed=n_prop,
-                      hit_eos=hit_eos, bonus=bonus, gamma=gamma)
+    chunk = check_int(chunk, "chunk", minimum=1)
+    parts = []
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        buf = np.zeros((m, len(prompt) + gamma + 1), dtype=np.int64)
+        buf[:, : len(prompt)] = prompt
+        lens = np.full(m, len(prompt), dtype=np.int64)
+        n_emit, n_acc, n_prop, hit_eos, bonus = _batch_cycle(target, draft, buf, lens, gamma, rng)
+        emitted = buf[:, len(prompt):]
+        emitted[np.arange(gamma + 1)[None, :] >= n_emit[:, None]] = -1
+        parts.append((emitted, n_emit, n_acc, n_prop, hit_eos, bonus))
+    cat = [np.concatenate(x) for x in zip(*parts)]
+    return CycleBatch(emitted=cat[0], n_emitted=cat[1], n_accepted=cat[2], n_proposed=cat[3],
+                      hit_eos=cat[4], bonus=cat[5], gamma=gamma)
 
 
 def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, n: int,
-                        rng: np.random.Generator) -> GenerationBatch:
+                        rng: np.random.Generator, *, chunk: int = 2**16) -> GenerationBatch:
     """``n`` independent generations of up to ``length`` tokens, vectorised with numpy.
 
     Every sequence runs correct cycles (as :func:`generate` with ``variant="correct"``)
@@ -592,6 +601,9 @@ def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, l
         Number of sequences (>= 1).
     rng : numpy.random.Generator
         Source of randomness.
+    chunk : int
+        Sequences simulated together (bounds the working memory, as in
+        :func:`simulate_cycles`; the output for a given seed depends on it, its law does not).
 
     Returns
     -------
@@ -612,6 +624,18 @@ def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, l
     """
     prompt, gamma, n = _check_batch_args(target, draft, prefix, gamma, n, rng)
     length = check_int(length, "length", minimum=1)
+    chunk = check_int(chunk, "chunk", minimum=1)
+    parts = [_generation_chunk(target, draft, prompt, gamma, length, min(chunk, n - start), rng)
+             for start in range(0, n, chunk)]
+    offsets = np.cumsum([0] + [len(pt["n_tokens"]) for pt in parts[:-1]])
+    for off, pt in zip(offsets, parts):
+        pt["sequence"] = pt["sequence"] + off
+    cat = {k: np.concatenate([pt[k] for pt in parts]) for k in parts[0]}
+    return GenerationBatch(gamma=gamma, **cat)
+
+
+def _generation_chunk(target, draft, prompt, gamma, length, n, rng) -> dict:
+    """Arrays of :class:`GenerationBatch` for ``n`` sequences (one numpy step per cycle)."""
     p0 = len(prompt)
     eos = -1 if target.eos is None else target.eos
     w = p0 + length + gamma + 1
@@ -646,7 +670,7 @@ def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, l
         n_tok = np.minimum(n_tok, first)
     tokens = buf[:, p0:p0 + length].copy()
     tokens[np.arange(length)[None, :] >= n_tok[:, None]] = -1
-    return GenerationBatch(tokens=tokens, n_tokens=n_tok, n_cycles=n_cycles, gamma=gamma, **flat)
+    return dict(tokens=tokens, n_tokens=n_tok, n_cycles=n_cycles, **flat)
 
 
 # --------------------------------------------------------------------------------------

@@ -395,3 +395,21 @@ def test_cycle_result_properties():
     c = CycleResult((1, 2), (1, 0, 3), 1, 3, False, False)
     assert c.n_emitted == 2 and c.rejected
     assert isinstance(account([c]), Accounting)
+
+
+def test_chunked_engines_keep_records_aligned_and_law_exact():
+    p, q = toy_pair()
+    g = simulate_generation(p, q, (), 3, 5, 20_000, np.random.default_rng(11), chunk=777)
+    assert g.tokens.shape == (20_000, 5)
+    assert (np.bincount(g.sequence, minlength=20_000) == g.n_cycles).all()
+    assert (np.diff(g.sequence) >= 0).all()
+    # per sequence, the emitted counts of its cycles cover its tokens
+    per_seq = np.bincount(g.sequence, weights=g.n_emitted, minlength=20_000)
+    assert (per_seq >= g.n_tokens).all()
+    _check_samples(g.sequence_counts(), target_sequence_law(p, (), 5))
+    b = simulate_cycles(p, q, (), 2, 10_001, np.random.default_rng(12), chunk=1000)
+    assert b.emitted.shape == (10_001, 3) and b.n_emitted.shape == (10_001,)
+    stats.assert_law(np.bincount(b.n_emitted, minlength=4), cycle_length_law(p, q, (), 2),
+                     false_alarm=FALSE_ALARM)
+    with pytest.raises(LawError, match="chunk"):
+        simulate_cycles(p, q, (), 2, 10, np.random.default_rng(0), chunk=0)
