@@ -984,6 +984,10 @@ def _fmt_p(x: float) -> str:
     return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
 
 
+def _fmt_tv(x: float) -> str:
+    return f"{x:.4f}" if x >= 1e-3 else f"{x:.1e}"
+
+
 def _fmt_n(x: float) -> str:
     if not np.isfinite(x):
         return "-"
@@ -1053,13 +1057,15 @@ class Report:
             return None
         return max(with_law, key=lambda c: (c.law.tv_low, c.law.tv))
 
-    def to_markdown(self, *, timings: bool = False) -> str:
+    def to_markdown(self, *, timings: bool = False, heading: bool = True) -> str:
         """A readable report: verdict, settings, one table row per case, and failures.
 
         Parameters
         ----------
         timings : bool
             Include wall times (off by default, so the text is reproducible).
+        heading : bool
+            Start with a ``##`` heading (else a bold line, for embedding in a page).
 
         Returns
         -------
@@ -1069,8 +1075,9 @@ class Report:
         spec = self.sampler
         conv = f"{spec.kind} sampler" + (", vectorised" if spec.vectorised else "") + (
             f", {spec.inputs} inputs" if spec.kind == TOKEN else "")
+        title = f"Conformance report: {self.verdict}"
         lines = [
-            f"## Conformance report: {self.verdict}",
+            f"## {title}" if heading else f"**{title}**",
             "",
             f"Sampler `{spec.name}` ({conv}); seed {self.seed}; {len(self.cases)} cases, "
             f"{len(self.failures)} failed.",
@@ -1087,11 +1094,11 @@ class Report:
                 continue
             padj = min((k.adjusted_pvalue for k in c.checks if k.dof > 0), default=float("nan"))
             lines.append(
-                f"| {c.name} | {c.trials:,} | {c.law.bins} bins"
+                f"| {c.name} | {c.trials:,} | {c.law.bins} bin{'s' if c.law.bins > 1 else ''}"
                 f"{' (pooled)' if c.law.pooled_cells else ''}"
                 f"{' + accounting' if c.accounting is not None else ''} | {_fmt_p(padj)} | "
                 f"{c.law.tv:.4f} [{c.law.tv_low:.4f}, {c.law.tv_high:.4f}] | "
-                f"{c.law.tv_detectable:.4f} | {c.verdict} |")
+                f"{_fmt_tv(c.law.tv_detectable)} | {c.verdict} |")
         acc = [c for c in self.cases if c.cycles is not None and c.cycles.acceptance is not None]
         if acc:
             lines += ["", "Accounting reported by the sampler (exact values for a correct sampler):",
