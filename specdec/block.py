@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
