@@ -195,14 +195,17 @@ def notebook_fingerprint(source: Path, shared: str) -> str:
 
 
 def book_fingerprint(layout: Layout) -> str:
-    """Everything Jupyter Book reads: config, toc, book/ (including the executed notebooks)."""
+    """Everything Jupyter Book reads: config, toc, book/ (including the executed notebooks),
+    the tools (build tool, Sphinx extension, LaTeX files) and pyproject.toml (versions)."""
     h = hashlib.sha256(FINGERPRINT_VERSION.encode())
     for path in (layout.config, layout.toc):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     h.update(b"book\0" + tree_digest(layout.book_dir).encode())
     if not layout.chapters.is_relative_to(layout.book_dir):
         h.update(b"chapters\0" + tree_digest(layout.chapters).encode())
-    h.update(b"tool\0" + tool_digest().encode())
+    h.update(b"tools\0" + tree_digest(TOOLS).encode())  # build tool, Sphinx extension...
+    pyproject = layout.root / "pyproject.toml"
+    h.update(b"pyproject\0" + (pyproject.read_bytes() if pyproject.exists() else b"-"))
     return h.hexdigest()
 
 
@@ -244,6 +247,20 @@ def _code_cell_line(source: Path, ordinal: int) -> int | None:
             if count == ordinal:
                 return number
     return None
+
+
+def _merge_streams(outputs: list) -> list:
+    """Join consecutive stdout (or stderr) chunks: how the kernel split a print into
+    messages depends on timing, the text does not."""
+    merged: list = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if (out.get("output_type") == "stream" and prev is not None
+                and prev.get("output_type") == "stream" and prev.get("name") == out.get("name")):
+            prev["text"] = "".join(prev["text"]) + "".join(out["text"])
+        else:
+            merged.append(out)
+    return merged
 
 
 def execute_notebook(task: dict) -> dict:
@@ -295,6 +312,9 @@ def execute_notebook(task: dict) -> dict:
         return {"ok": False, "seconds": time.perf_counter() - t0,
                 "error": f"{task['rel']}: {type(exc).__name__}: {first[0]}", "detail": []}
     seconds = time.perf_counter() - t0
+    for cell in result.cells:
+        if cell.cell_type == "code":
+            cell.outputs = _merge_streams(cell.outputs)
     for cell in result.cells:  # papermill's injected values are shown by the chapter itself
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
