@@ -123,7 +123,7 @@ import sys
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from scipy import optimize
@@ -1711,6 +1711,9 @@ def assert_conforms(sampler, **kwargs) -> Report:
 def load_sampler(target: str):
     """Import ``package.module:attribute`` (``attribute`` may be dotted).
 
+    A class is instantiated without arguments (stateful samplers such as
+    :class:`specdec.gallery.StaleProposals`).
+
     Raises
     ------
     ValueError
@@ -1730,6 +1733,8 @@ def load_sampler(target: str):
             obj = getattr(obj, part)
         except AttributeError:
             raise ValueError(f"sampler: module {mod_name!r} has no attribute {attr!r}") from None
+    if inspect.isclass(obj):  # a stateful sampler class: one instance, reset between decodes
+        obj = obj()
     return obj
 
 

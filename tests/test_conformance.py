@@ -479,6 +479,8 @@ def test_cli_exit_codes(capsys):
     assert C.main([]) == 2
     assert C.main(["--list-cases"]) == 0
     assert "large_vocab" in capsys.readouterr().out
+    assert C.main(["specdec.gallery:NoRollback", "--trials", "200", "--cases", "block_g1"]) == 1
+    assert "block sampler" in capsys.readouterr().out
 
 
 def test_cli_as_a_module():
