@@ -46,6 +46,9 @@ SEED_LIMIT = 2**32  # numpy.random.default_rng accepts any non-negative int; kee
 TRIALS_MAX = 50_000_000
 
 FINGERPRINT_VERSION = "specdec-book-build/1"
+# Files of tools/ that the rendering reads (Sphinx extension, generated inputs, LaTeX
+# files): a change to one of them rebuilds the HTML, never re-executes a notebook.
+RENDER_TOOLS = ("build.py", "book_ext.py", "execution_stats.py", "vendor.py", "latex")
 KEEP_PER_NOTEBOOK = 4  # cached executions kept per notebook (e.g. a few seeds)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -196,14 +199,15 @@ def notebook_fingerprint(source: Path, shared: str) -> str:
 
 def book_fingerprint(layout: Layout) -> str:
     """Everything Jupyter Book reads: config, toc, book/ (including the executed notebooks),
-    the tools (build tool, Sphinx extension, LaTeX files) and pyproject.toml (versions)."""
+    the tools the rendering uses (RENDER_TOOLS) and pyproject.toml (package versions)."""
     h = hashlib.sha256(FINGERPRINT_VERSION.encode())
     for path in (layout.config, layout.toc):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     h.update(b"book\0" + tree_digest(layout.book_dir).encode())
     if not layout.chapters.is_relative_to(layout.book_dir):
         h.update(b"chapters\0" + tree_digest(layout.chapters).encode())
-    h.update(b"tools\0" + tree_digest(TOOLS).encode())  # build tool, Sphinx extension...
+    for name in RENDER_TOOLS:
+        h.update(name.encode() + b"\0" + tree_digest(TOOLS / name).encode())
     pyproject = layout.root / "pyproject.toml"
     h.update(b"pyproject\0" + (pyproject.read_bytes() if pyproject.exists() else b"-"))
     return h.hexdigest()
