@@ -258,11 +258,12 @@ def test_execution_statistics_page_lists_every_chapter(html_dir, book):
     assert "A demonstration chapter" in text and "Mass" in text
     assert "Total" in text and "2026" in text
     md = (book / "book" / "execution-stats.md").read_text()
-    rows = [ln for ln in md.splitlines() if ln.startswith("| {doc}")]
-    assert len(rows) == 2
-    for row in rows:
-        seconds = float(row.split("|")[3])
-        assert seconds > 0
+    assert md.count("* - {doc}`chapters/") == 2
+    for name in ("01-demo", "02-mass"):
+        row = execution_stats.notebook_row(book / "book" / "chapters" / f"{name}.ipynb")
+        assert row["seconds"] > 0 and row["slowest"] > 0 and row["seed"] == 2026
+        assert row["record"]["specdec_version"] and row["commit"]
+        assert f"  - {row['seconds']:.1f}" in md
 
 
 def test_execution_statistics_page_is_deterministic(book, tmp_path):
@@ -473,3 +474,27 @@ def test_every_chapter_ends_with_the_provenance_box():
         "(```{code-cell} ipython3 / :tags: [remove-input] / "
         "from specdec.provenance import show_provenance / "
         f"show_provenance(seed=seed, trials=trials)): {missing}")
+
+
+# --------------------------------------------------------------------------- the real book
+# These read what `make book` / `make pdf` produced in this checkout, and skip otherwise.
+
+REAL_HTML = REPO / "_build" / "html"
+
+
+def test_real_book_loads_nothing_from_other_sites():
+    if not (REAL_HTML / "index.html").exists():
+        pytest.skip("the book is not built here (make book)")
+    assert external_resources(REAL_HTML) == {}
+
+
+def test_citing_page_example_section_number_is_current():
+    page = REAL_HTML / "book" / "chapters" / "02-mass.html"
+    if not page.exists():
+        pytest.skip("the book is not built here (make book)")
+    text = page.read_text(encoding="utf-8")
+    m = re.search(r'id="sec-mass-rule"[^>]*>(?:</span>)?\s*<h2><span class="section-number">([\d.]+)\. </span>', text)
+    assert m, "label sec-mass-rule (cited as the example in book/citing.md) disappeared"
+    citing = (REPO / "book" / "citing.md").read_text(encoding="utf-8")
+    assert f"chapter   = {{{m.group(1)}}}" in citing, \
+        f"book/citing.md: the example cites section sec-mass-rule, now numbered {m.group(1)}"

@@ -35,14 +35,17 @@ def _provenance(nb: dict) -> dict | None:
     return None
 
 
+NONE = "\u2014"  # em dash for an unknown value (a bare "-" would start a bullet list)
+
+
 def _when(stamp: str | None) -> str:
     if not stamp:
-        return "-"
-    return stamp.replace("T", " ")[:16] + " UTC"
+        return NONE
+    return stamp.replace("T", " ")[:16]
 
 
 def notebook_row(path: Path) -> dict:
-    """Timings and parameters of one executed notebook (``-`` where unknown)."""
+    """Timings and parameters of one executed notebook (None where unknown)."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     meta = nb.get("metadata", {})
     ours, pm = meta.get("specdec", {}), meta.get("papermill", {})
@@ -66,7 +69,7 @@ def notebook_row(path: Path) -> dict:
 
 
 def _num(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+    return NONE if value is None else format(value, fmt)
 
 
 def render_page(rows: list[dict], chapters_rel: str = "chapters") -> str:
@@ -81,20 +84,34 @@ def render_page(rows: list[dict], chapters_rel: str = "chapters") -> str:
         "whose inputs did not change since its last run is not executed again, so its row "
         "describes the run that produced the page you read.",
         "",
-        "| Chapter | Executed | Run time (s) | Code cells | Slowest cell (s) | Seed | Trials | Commit |",
-        "|:--|:--|--:|--:|--:|--:|--:|:--|",
+        "```{list-table}",
+        ":header-rows: 1",
+        ":widths: 34 18 9 9 8 10 12",
+        "",
+        "* - Chapter",
+        "  - Executed (UTC)",
+        "  - Run time (s)",
+        "  - Slowest cell (s)",
+        "  - Seed",
+        "  - Trials",
+        "  - Commit",
     ]
     for row in rows:
-        commit = f"`{row['commit']}`" if row["commit"] else "-"
-        trials = _num(row["trials"], ",") if isinstance(row["trials"], int) else "-"
-        lines.append(
-            f"| {{doc}}`{chapters_rel}/{row['name']}` | {row['executed']} | "
-            f"{_num(row['seconds'], '.1f')} | {row['cells']} | {_num(row['slowest'], '.1f')} | "
-            f"{_num(row['seed'], 'd') if isinstance(row['seed'], int) else '-'} | {trials} | {commit} |"
-        )
+        commit = f"`{row['commit']}`" if row["commit"] else NONE
+        trials = _num(row["trials"], ",") if isinstance(row["trials"], int) else NONE
+        seed = _num(row["seed"], "d") if isinstance(row["seed"], int) else NONE
+        lines += [
+            f"* - {{doc}}`{chapters_rel}/{row['name']}`",
+            f"  - {row['executed']}",
+            f"  - {_num(row['seconds'], '.1f')}",
+            f"  - {_num(row['slowest'], '.1f')}",
+            f"  - {seed}",
+            f"  - {trials}",
+            f"  - {commit}",
+        ]
     known = [r["seconds"] for r in rows if r["seconds"] is not None]
-    lines.append(f"| **Total** | | **{sum(known):.1f}** | {sum(r['cells'] for r in rows)} | | | | |")
-    lines.append("")
+    lines += ["* - **Total**", "  -", f"  - **{sum(known):.1f}**", "  -", "  -", "  -", "  -",
+              "```", ""]
 
     records = [r["record"] for r in rows if r["record"]]
     if records:
