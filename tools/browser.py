@@ -89,6 +89,7 @@ def serve(directory: Path):
     """Serve ``directory`` on 127.0.0.1 (free port) in a thread; yields the origin URL."""
     handler = functools.partial(_Quiet, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.handle_error = lambda request, address: None  # a tab closed mid-response
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -218,6 +219,10 @@ class Browser:
                 report.console_errors.append(f"exception: {text}")
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 entry = params["entry"]
+                if entry.get("url", "").endswith("/favicon.ico"):
+                    # the browser's own guess, made on pages without an icon link, such as
+                    # Jupyter Book's redirecting index.html; no page asks for it
+                    continue
                 report.console_errors.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}".strip())
         self.events = [e for e in self.events if e.get("sessionId") != session]
         self.send("Target.closeTarget", {"targetId": target})
