@@ -14,8 +14,8 @@ Data flow (one direction, nothing flows back)::
   executed notebook is cached under its fingerprint, so an unchanged notebook is never
   re-run, and after a failure is fixed only the notebooks that did not succeed run again.
 * When the HTML is rebuilt: when the fingerprint of everything Jupyter Book reads (the
-  executed notebooks, ``book/``, ``_config.yml``, ``_toc.yml``) differs from the one stored
-  with the current ``_build/html``.
+  executed notebooks, ``book/``, ``_config.yml``, ``_toc.yml``, the tools the rendering
+  uses, ``pyproject.toml``) differs from the one stored with the current ``_build/html``.
 * A failure publishes nothing: ``book/chapters`` is updated only when every notebook
   succeeded, and the HTML is built in a staging directory and renamed into place only when
   Sphinx finished without a single warning.
