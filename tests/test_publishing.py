@@ -498,3 +498,18 @@ def test_citing_page_example_section_number_is_current():
     citing = (REPO / "book" / "citing.md").read_text(encoding="utf-8")
     assert f"chapter   = {{{m.group(1)}}}" in citing, \
         f"book/citing.md: the example cites section sec-mass-rule, now numbered {m.group(1)}"
+
+
+def test_real_book_pdf_has_the_html_numbers_and_chinese_text():
+    pdf = REAL_HTML / "specdec-book.pdf"  # copied there by `make pdf` after the last render
+    if not pdf.exists() or shutil.which("pdftotext") is None:
+        pytest.skip("no PDF of the current HTML here (make pdf) or no pdftotext")
+    flat = norm(run(["pdftotext", str(pdf), "-"]).stdout)
+    missing, lost = [], []
+    for page in sorted((REAL_HTML / "book" / "chapters").glob("*.html")):
+        parsed = parse_html(page)
+        missing += [f"{page.stem}: {g}" for g in parsed.glued if g and norm(g) not in flat]
+        lost += [f"{page.stem}: {r}" for r in CJK.findall("".join(parsed.text))
+                 if norm(r) not in flat]
+    assert missing == [], f"glued numbers of the HTML not in the PDF: {missing}"
+    assert lost == [], f"Chinese text of the HTML not in the PDF: {lost}"
