@@ -360,9 +360,12 @@ def test_pdf_tool_says_what_to_install_when_it_cannot(monkeypatch):
         pdf_tool.ensure_tex(install=False)
 
 
-def test_landing_page_links_the_pdf():
+def test_landing_page_links_the_pdf(book, pdf_text):
     intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
-    assert 'href="specdec-book.pdf"' in intro
+    assert 'href="../specdec-book.pdf"' in intro  # the landing page is book/intro.html
+    page = book / "_build" / "html" / "book" / "intro.html"
+    links = re.findall(r'href="([^"]*specdec-book\.pdf)"', page.read_text(encoding="utf-8"))
+    assert links and all((page.parent / link).resolve().is_file() for link in links)
 
 
 # --------------------------------------------------------------------------- configuration
