@@ -60,3 +60,10 @@ lint-workflow: $(STAMP)
 # Remove generated files: rendered book, executed notebooks, execution cache.
 clean:
 	rm -rf _build .cache book/chapters
+
+# Retrain the chapter-8 models into models/ (PyTorch CPU and Debian fortunes; ~15 min).
+.PHONY: models
+models: $(STAMP)
+	@dpkg -s fortunes fortunes-min fortunes-it fortunes-es fortunes-zh > /dev/null 2>&1 || { apt-get update && apt-get install -y fortunes fortunes-min fortunes-it fortunes-es fortunes-zh; }
+	$(PY) -m pip install -qq torch==2.13.0
+	$(PY) -u tools/train_models.py corpus train manifest

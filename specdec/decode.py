@@ -117,6 +117,9 @@ class Decoded:
         made in the last cycle beyond ``max_new_tokens`` are counted as proposed.
     gamma : int or None
         Draft length (None for autoregressive decoding).
+    accepted_lengths : tuple of tuple of int
+        Per request, the number of proposals accepted in each cycle (0 to gamma);
+        empty for autoregressive decoding.
     """
 
     prompts: tuple[tuple[int, ...], ...]
@@ -128,6 +131,7 @@ class Decoded:
     accepted: tuple[int, ...]
     proposed: tuple[int, ...]
     gamma: int | None = None
+    accepted_lengths: tuple[tuple[int, ...], ...] = ()
 
     @property
     def texts(self) -> list[str]:
@@ -207,17 +211,18 @@ def _pad(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return out, lengths
 
 
-def _prefill(model: Transformer, prompts: list[np.ndarray], drop_last: bool) -> tuple[KVCache, np.ndarray | None]:
+def _prefill(model: Transformer, prompts: list[np.ndarray], drop_last: bool,
+             capacity: int) -> tuple[KVCache, np.ndarray | None]:
     """Cache of the prompts (without their last token if ``drop_last``) and last logits."""
     rows = [list(p[:-1]) if drop_last else list(p) for p in prompts]
     b = len(rows)
     if all(len(r) == 0 for r in rows):
-        return model.new_cache(b), None
+        return model.new_cache(b, capacity), None
     if b > 1 and all(np.array_equal(prompts[0], p) for p in prompts[1:]):
-        one = model.new_cache(1)
+        one = model.new_cache(1, capacity)
         logits = model.forward(np.array([rows[0]]), one)
         return one.repeat(b), np.repeat(logits[:, -1], b, axis=0)
-    cache = model.new_cache(b)
+    cache = model.new_cache(b, capacity)
     x, lengths = _pad(rows)
     logits = model.forward(x, cache, lengths=lengths)
     last = logits[np.arange(b), np.maximum(lengths - 1, 0)]
@@ -264,7 +269,8 @@ def autoregressive(model: Transformer, prompts, max_new_tokens: int, rng: np.ran
     _check_budget(model, prompts, max_new_tokens, 0)
     b = len(prompts)
     start = clock()
-    cache, logits = _prefill(model, prompts, drop_last=False)
+    capacity = max(p.size for p in prompts) + max_new_tokens + 1
+    cache, logits = _prefill(model, prompts, drop_last=False, capacity=capacity)
     out: list[list[int]] = [[] for _ in range(b)]
     times: list[list[float]] = [[] for _ in range(b)]
     for step in range(max_new_tokens):
@@ -291,6 +297,7 @@ class _Row:
     cycles: int = 0
     accepted: int = 0
     proposed: int = 0
+    lengths: list[int] = field(default_factory=list)
 
 
 def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens: int,
@@ -345,8 +352,9 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
     start = clock()
     # Both caches hold the prompt without its last token: every cycle starts by feeding
     # the confirmed tokens each model has not seen yet ("pending"), then the proposals.
-    tcache, _ = _prefill(target, prompts, drop_last=True)
-    dcache, _ = _prefill(draft, prompts, drop_last=True)
+    capacity = max(p.size for p in prompts) + max_new_tokens + 2 * gamma + 2
+    tcache, _ = _prefill(target, prompts, drop_last=True, capacity=capacity)
+    dcache, _ = _prefill(draft, prompts, drop_last=True, capacity=capacity)
     rows = [_Row(seq=[int(t) for t in p]) for p in prompts]
     live = list(range(b))                       # row index of each cache row
     while live:
@@ -386,6 +394,7 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
             row.cycles += 1
             row.proposed += gamma
             row.accepted += n_acc
+            row.lengths.append(n_acc)
             confirmed = len(row.seq) + n_acc    # positions both caches may keep
             room = max_new_tokens - len(row.emitted)
             row.emitted.extend(new[:room])
@@ -409,7 +418,8 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
                    emit_times=tuple(tuple(r.times) for r in rows), end=end,
                    cycles=tuple(r.cycles for r in rows),
                    accepted=tuple(r.accepted for r in rows),
-                   proposed=tuple(r.proposed for r in rows), gamma=gamma)
+                   proposed=tuple(r.proposed for r in rows), gamma=gamma,
+                   accepted_lengths=tuple(tuple(r.lengths) for r in rows))
 
 
 def target_sequence_law(model: Transformer, prompt, length: int = 1,
@@ -438,7 +448,7 @@ def target_sequence_law(model: Transformer, prompt, length: int = 1,
     if length == 1:
         return first
     support = np.flatnonzero(first > 0)
-    cache, _ = _prefill(model, [prompt], drop_last=False)
+    cache, _ = _prefill(model, [prompt], drop_last=False, capacity=prompt.size + 1)
     cache = cache.repeat(support.size)
     logits = model.forward(support[:, None], cache)[:, -1]
     joint = np.zeros((first.size, first.size))

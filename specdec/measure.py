@@ -24,11 +24,13 @@ hardware (CPU, cores, BLAS), library versions and the prompt distribution.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import platform
 import time
 import tracemalloc
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -54,6 +56,8 @@ __all__ = [
     "model_info",
     "prompt_distribution",
     "peak_memory",
+    "blas_threads",
+    "limit_blas_threads",
     "step_costs",
     "compare",
     "concurrency",
@@ -168,6 +172,10 @@ class RequestMetrics:
     tokens : int
     cycles, accepted, proposed : int
         Target passes, accepted and proposed draft tokens.
+    characters : int
+        Characters of the emitted text (0 if unknown).
+    accepted_lengths : tuple of int
+        Proposals accepted in each cycle (speculative decoding only).
     """
 
     ttft: float
@@ -177,10 +185,13 @@ class RequestMetrics:
     cycles: int = 0
     accepted: int = 0
     proposed: int = 0
+    characters: int = 0
+    accepted_lengths: tuple[int, ...] = ()
 
     @classmethod
     def from_times(cls, start: float, emit_times: Sequence[float], *, cycles: int = 0,
-                   accepted: int = 0, proposed: int = 0) -> "RequestMetrics":
+                   accepted: int = 0, proposed: int = 0, characters: int = 0,
+                   accepted_lengths: Sequence[int] = ()) -> "RequestMetrics":
         """Metrics from the submission time and the emission time of each token.
 
         Raises
@@ -201,7 +212,8 @@ class RequestMetrics:
             raise ValueError("emit_times: must be non-decreasing and not before start")
         return cls(ttft=float(times[0] - start), itls=tuple(np.diff(times).tolist()),
                    total=float(times[-1] - start), tokens=int(times.size), cycles=int(cycles),
-                   accepted=int(accepted), proposed=int(proposed))
+                   accepted=int(accepted), proposed=int(proposed), characters=int(characters),
+                   accepted_lengths=tuple(int(a) for a in accepted_lengths))
 
     @property
     def itl_mean(self) -> float:
@@ -210,19 +222,29 @@ class RequestMetrics:
 
 
 def request_metrics(decoded: dec.Decoded) -> list[RequestMetrics]:
-    """One :class:`RequestMetrics` per request of a decoded batch."""
-    return [RequestMetrics.from_times(decoded.start, t, cycles=c, accepted=a, proposed=p)
-            for t, c, a, p in zip(decoded.emit_times, decoded.cycles, decoded.accepted,
-                                  decoded.proposed)]
+    """One :class:`RequestMetrics` per request of a decoded batch.
+
+    Characters are counted on the UTF-8 decoding of the emitted bytes (an incomplete
+    character cut by the length limit counts as one).
+    """
+    lengths = decoded.accepted_lengths or ((),) * len(decoded.tokens)
+    return [RequestMetrics.from_times(decoded.start, t, cycles=c, accepted=a, proposed=p,
+                                      characters=len(text), accepted_lengths=al)
+            for t, c, a, p, text, al in zip(decoded.emit_times, decoded.cycles,
+                                            decoded.accepted, decoded.proposed,
+                                            decoded.texts, lengths)]
 
 
 @dataclass(frozen=True)
 class RunSummary:
     """Aggregate of the requests of one run (one setting, one language, one repeat).
 
-    ``throughput`` is emitted tokens per second of wall time of the run; TTFT and ITL
-    percentiles pool every request (ITL: every gap); ``acceptance`` is accepted / proposed
-    draft tokens; ``tokens_per_cycle`` is emitted tokens per target pass (E measured).
+    ``throughput`` is emitted tokens per second of wall time of the run and
+    ``char_throughput`` the same in characters; TTFT and ITL percentiles pool every
+    request (ITL: every gap); ``acceptance`` is accepted / proposed draft tokens;
+    ``tokens_per_cycle`` is emitted tokens per target pass (E measured; the last cycle of
+    a request may be cut by the length limit); ``accepted_length_counts[k]`` is the
+    number of cycles that accepted exactly k proposals.
     """
 
     requests: int
@@ -239,6 +261,8 @@ class RunSummary:
     total_p50: float
     acceptance: float
     tokens_per_cycle: float
+    char_throughput: float = float("nan")
+    accepted_length_counts: tuple[int, ...] = ()
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -281,7 +305,10 @@ def summarize(requests: Sequence[RequestMetrics], wall: float) -> RunSummary:
                   if after_first else float("nan")),
         total_p50=percentile([r.total for r in requests], 50),
         acceptance=sum(r.accepted for r in requests) / proposed if proposed else float("nan"),
-        tokens_per_cycle=tokens / cycles if cycles else float("nan"))
+        tokens_per_cycle=tokens / cycles if cycles else float("nan"),
+        char_throughput=sum(r.characters for r in requests) / wall,
+        accepted_length_counts=tuple(np.bincount(
+            [a for r in requests for a in r.accepted_lengths]).tolist()))
 
 
 # ------------------------------------------------------------------------ settings
@@ -438,6 +465,74 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+_BLAS_NAMES = [(f"{pre}_get_num_threads{suf}", f"{pre}_set_num_threads{suf}")
+               for pre in ("scipy_openblas", "openblas") for suf in ("64_", "_64", "")]
+
+
+def _openblas_libraries() -> list[tuple[str, ctypes.CDLL, str, str]]:
+    """OpenBLAS libraries loaded in this process, with their thread get/set symbols."""
+    try:
+        with open("/proc/self/maps") as fh:
+            fields = [line.split() for line in fh]
+        paths = sorted({f[-1] for f in fields if len(f) >= 6 and ".so" in f[-1]
+                        and "openblas" in os.path.basename(f[-1]).lower()})
+    except OSError:  # pragma: no cover - not Linux
+        return []
+    out = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:  # pragma: no cover
+            continue
+        for get, set_ in _BLAS_NAMES:
+            if hasattr(lib, get) and hasattr(lib, set_):
+                out.append((path, lib, get, set_))
+                break
+    return out
+
+
+def blas_threads() -> dict[str, int]:
+    """Threads used by each OpenBLAS library loaded in this process (file name -> count)."""
+    return {os.path.basename(p): int(getattr(lib, get)()) for p, lib, get, _ in
+            _openblas_libraries()}
+
+
+@contextmanager
+def limit_blas_threads(threads: int | None):
+    """Run a block with the BLAS libraries of this process limited to ``threads``.
+
+    Small matrix products (a few positions times a few hundred features) are slower
+    with several BLAS threads, and erratic on a busy machine; batch-1 decoding of small
+    models is usually measured single-threaded. ``None`` leaves the settings alone.
+    Uses :mod:`threadpoolctl` when it is installed, else OpenBLAS's own entry points.
+
+    Examples
+    --------
+    >>> with limit_blas_threads(1):
+    ...     all(n == 1 for n in blas_threads().values())
+    True
+    """
+    if threads is None:
+        yield
+        return
+    threads = laws.check_int(threads, "threads", minimum=1)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        libs = _openblas_libraries()
+        before = [int(getattr(lib, get)()) for _, lib, get, _ in libs]
+        for _, lib, _, set_ in libs:
+            getattr(lib, set_)(threads)
+        try:
+            yield
+        finally:
+            for (_, lib, _, set_), n in zip(libs, before):
+                getattr(lib, set_)(n)
+    else:
+        with threadpool_limits(limits=threads, user_api="blas"):
+            yield
+
+
 def environment() -> dict:
     """Hardware and software of this run: CPU, cores, BLAS and its threads, versions."""
     import scipy
@@ -448,13 +543,7 @@ def environment() -> dict:
         blas = {"name": deps.get("name"), "version": deps.get("version")}
     except Exception:  # pragma: no cover - numpy without the dict mode
         blas = {"name": "unknown"}
-    try:
-        from threadpoolctl import threadpool_info
-        pools = threadpool_info()
-        blas["threads"] = [p.get("num_threads") for p in pools if p.get("user_api") == "blas"]
-    except ImportError:
-        blas["threads"] = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get(
-            "OMP_NUM_THREADS") or "library default (threadpoolctl not installed)"
+    blas["threads"] = blas_threads()
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover
@@ -575,8 +664,14 @@ def _aggregate(raw: Sequence[dict], keys: Sequence[str], baseline: Mapping[tuple
         agg = dict(zip(keys, key))
         agg.update({k: rows[0][k] for k in ("target", "draft", "gamma") if k in rows[0]})
         agg["repeats"] = len(rows)
-        for metric in ("throughput", "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50",
-                       "itl_p90", "itl_p99", "itl_mean", "total_p50", "acceptance",
+        hist: list[int] = []
+        for r in rows:
+            for k, n in enumerate(r.get("accepted_length_counts", ())):
+                hist.extend([0] * (k + 1 - len(hist)))
+                hist[k] += n
+        agg["accepted_length_counts"] = tuple(hist)
+        for metric in ("throughput", "char_throughput", "ttft_p50", "ttft_p90", "ttft_p99",
+                       "itl_p50", "itl_p90", "itl_p99", "itl_mean", "total_p50", "acceptance",
                        "tokens_per_cycle", "wall"):
             vals = [r[metric] for r in rows if not math.isnan(r[metric])]
             m, iqr = median_iqr(vals) if vals else (float("nan"), float("nan"))
@@ -745,6 +840,35 @@ class Study:
                 "concurrency": self.concurrency.to_dict(), "metadata": self.metadata,
                 "seconds": self.seconds}
 
+    def summary(self) -> dict[str, float]:
+        """Headline numbers as a flat dict (for ``glue``).
+
+        Keys: ``throughput_<setting>_<lang>`` for every setting, and for speculative
+        settings ``speedup_``, ``acceptance_`` and ``tokens_per_cycle_<setting>_<lang>``
+        (setting names with non-alphanumerics replaced by ``_``, e.g. ``spec_g_2``,
+        ``wide_spec_g_2``); ``c_<target>`` and ``g<gamma>_<target>`` (``target``,
+        ``target_wide``); ``gain_B<batch>`` (concurrency); ``seconds``.
+        """
+        def slug(text: str) -> str:
+            return "".join(ch if ch.isalnum() else "_" for ch in text).strip("_")
+
+        out: dict[str, float] = {}
+        for row in self.latency.rows:
+            key = f"{slug(row['setting'])}_{row['language']}"
+            out[f"throughput_{key}"] = row["throughput"]
+            if "speedup" in row:
+                out[f"speedup_{key}"] = row["speedup"]
+                out[f"acceptance_{key}"] = row["acceptance"]
+                out[f"tokens_per_cycle_{key}"] = row["tokens_per_cycle"]
+        for row in self.costs.rows:
+            out[f"c_{row['target']}"] = row["c"]
+            out[f"g{row['gamma']}_{row['target']}"] = row["g"]
+        for row in self.concurrency.rows:
+            if "speedup" in row:
+                out[f"gain_B{row['batch']}"] = row["speedup"]
+        out["seconds"] = self.seconds
+        return out
+
     def to_markdown(self) -> str:
         return "\n\n".join([self.latency.to_markdown(), self.costs.to_markdown(),
                             self.concurrency.to_markdown(), "**Run**",
@@ -773,7 +897,7 @@ def run_study(*, seed: int = 2026, max_new_tokens: int = 48, prompts_per_languag
               concurrency_gamma: int = 2, concurrency_repeats: int = 2,
               sampling: dec.SamplingSettings = dec.SamplingSettings(),
               languages: Sequence[str] = LANGUAGES, models_dir=None,
-              clock: Clock = time.perf_counter) -> Study:
+              blas: int | None = 1, clock: Clock = time.perf_counter) -> Study:
     """Run every chapter-8 measurement with small, fast defaults (about a minute).
 
     Parameters
@@ -792,12 +916,28 @@ def run_study(*, seed: int = 2026, max_new_tokens: int = 48, prompts_per_languag
     sampling : SamplingSettings
     languages : sequence of str
     models_dir : path, optional
+    blas : int or None
+        BLAS threads during the study (default 1, see :func:`limit_blas_threads`);
+        None keeps the library's setting.
     clock : callable
 
     Returns
     -------
     Study
     """
+    with limit_blas_threads(blas):
+        return _run_study(seed=seed, max_new_tokens=max_new_tokens,
+                          prompts_per_language=prompts_per_language, repeats=repeats,
+                          gammas=gammas, wide_gammas=wide_gammas, cost_gammas=cost_gammas,
+                          cost_repeats=cost_repeats, batch_sizes=batch_sizes,
+                          concurrency_gamma=concurrency_gamma,
+                          concurrency_repeats=concurrency_repeats, sampling=sampling,
+                          languages=languages, models_dir=models_dir, clock=clock)
+
+
+def _run_study(*, seed, max_new_tokens, prompts_per_language, repeats, gammas, wide_gammas,
+               cost_gammas, cost_repeats, batch_sizes, concurrency_gamma, concurrency_repeats,
+               sampling, languages, models_dir, clock) -> Study:
     t0 = time.perf_counter()
     manifest = load_manifest(models_dir)
     target, wide, draft = (load_model(n, models_dir) for n in ("target", "target_wide", "draft"))

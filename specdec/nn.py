@@ -341,9 +341,10 @@ class Transformer:
             h.update(key.encode() + str(arr.shape).encode() + arr.tobytes())
         return h.hexdigest()
 
-    def new_cache(self, batch: int = 1) -> KVCache:
-        """An empty cache for ``batch`` sequences."""
-        return KVCache(self.config, batch)
+    def new_cache(self, batch: int = 1, capacity: int | None = None) -> KVCache:
+        """An empty cache for ``batch`` sequences of at most ``capacity`` positions
+        (default: the context plus room for padding)."""
+        return KVCache(self.config, batch, capacity)
 
     # ------------------------------------------------------------------ forward
     def forward(self, tokens, cache: KVCache | None = None, lengths=None) -> np.ndarray:

@@ -68,9 +68,13 @@ def test_request_metrics_from_times():
 
 
 def test_summarize_synthetic():
-    reqs = [ms.RequestMetrics.from_times(0.0, [0.2, 0.3, 0.4], cycles=2, accepted=1, proposed=4),
-            ms.RequestMetrics.from_times(0.4, [1.0, 1.0, 1.4], cycles=2, accepted=2, proposed=4)]
+    reqs = [ms.RequestMetrics.from_times(0.0, [0.2, 0.3, 0.4], cycles=2, accepted=1, proposed=4,
+                                         characters=2, accepted_lengths=(0, 1)),
+            ms.RequestMetrics.from_times(0.4, [1.0, 1.0, 1.4], cycles=2, accepted=2, proposed=4,
+                                         characters=5, accepted_lengths=(2, 0))]
     s = ms.summarize(reqs, wall=1.4)
+    assert s.accepted_length_counts == (2, 1, 1)
+    assert s.char_throughput == pytest.approx(7 / 1.4)
     assert s.tokens == 6 and s.requests == 2
     assert s.throughput == pytest.approx(6 / 1.4)
     assert s.ttft_p50 == pytest.approx(0.4)            # (0.2 + 0.6) / 2
@@ -115,6 +119,8 @@ def test_speculative_timestamps_with_fake_clock(pair):
     metrics = ms.request_metrics(out)
     for m, times, cycles in zip(metrics, out.emit_times, out.cycles):
         assert m.tokens == 9 and len(set(times)) == cycles      # one stamp per cycle
+        assert len(m.accepted_lengths) == cycles and sum(m.accepted_lengths) == m.accepted
+        assert all(0 <= a <= 3 for a in m.accepted_lengths) and m.characters > 0
         assert m.ttft == times[0] - out.start
     assert out.end == max(max(t) for t in out.emit_times) + 1.0
 

@@ -75,8 +75,8 @@ ARCHS = {
 }
 TRAINING = {
     "target": dict(steps=900, batch=32, lr=2e-3, seed=11),
-    "draft": dict(steps=4000, batch=32, lr=5e-3, seed=12),
-    "target_wide": dict(steps=375, batch=32, lr=1.5e-3, seed=13),
+    "draft": dict(steps=500, batch=32, lr=5e-3, seed=12),
+    "target_wide": dict(steps=300, batch=32, lr=1.5e-3, seed=13),
 }
 CORPUS_SEED = 7
 THREADS = 2
@@ -321,7 +321,7 @@ def train_one(name: str, corpus: Corpus, log=print) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if step % 100 == 0 or step == steps - 1:
             log(f"[{name}] step {step:5d}/{steps} loss {loss.item():.4f} "
                 f"({(time.perf_counter() - start):.0f} s)")
@@ -441,10 +441,15 @@ def _dpkg_version(package: str) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("steps", nargs="*", default=["corpus", "train", "manifest"],
-                        choices=["corpus", "train", "manifest"])
-    parser.add_argument("--models", nargs="*", default=list(ARCHS), choices=list(ARCHS))
+    parser.add_argument("steps", nargs="*", help="corpus, train, manifest (default: all)")
+    parser.add_argument("--models", nargs="*", default=list(ARCHS),
+                        help=f"models to train (default: {' '.join(ARCHS)})")
     args = parser.parse_args(argv)
+    args.steps = args.steps or ["corpus", "train", "manifest"]
+    for value, allowed in ((args.steps, ("corpus", "train", "manifest")), (args.models, ARCHS)):
+        bad = [v for v in value if v not in allowed]
+        if bad:
+            parser.error(f"unknown {bad}; choose from {', '.join(allowed)}")
     corpus = None
     if "corpus" in args.steps or "train" in args.steps:
         corpus, info = corpus_step()
