@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -225,6 +226,7 @@ def test_real_rollback_equals_fresh(real):
 def _train_module():
     spec = importlib.util.spec_from_file_location("train_models", ROOT / "tools" / "train_models.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod            # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
