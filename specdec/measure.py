@@ -847,7 +847,8 @@ class Study:
         settings ``speedup_``, ``acceptance_`` and ``tokens_per_cycle_<setting>_<lang>``
         (setting names with non-alphanumerics replaced by ``_``, e.g. ``spec_g_2``,
         ``wide_spec_g_2``); ``c_<target>`` and ``g<gamma>_<target>`` (``target``,
-        ``target_wide``); ``gain_B<batch>`` (concurrency); ``seconds``.
+        ``target_wide``), with ``_B<batch>`` appended for batch sizes above 1;
+        ``gain_B<batch>`` (concurrency); ``seconds``.
         """
         def slug(text: str) -> str:
             return "".join(ch if ch.isalnum() else "_" for ch in text).strip("_")
@@ -861,8 +862,9 @@ class Study:
                 out[f"acceptance_{key}"] = row["acceptance"]
                 out[f"tokens_per_cycle_{key}"] = row["tokens_per_cycle"]
         for row in self.costs.rows:
-            out[f"c_{row['target']}"] = row["c"]
-            out[f"g{row['gamma']}_{row['target']}"] = row["g"]
+            suffix = "" if row["batch"] == 1 else f"_B{row['batch']}"
+            out[f"c_{row['target']}{suffix}"] = row["c"]
+            out[f"g{row['gamma']}_{row['target']}{suffix}"] = row["g"]
         for row in self.concurrency.rows:
             if "speedup" in row:
                 out[f"gain_B{row['batch']}"] = row["speedup"]
@@ -890,15 +892,16 @@ def study_prompts(prompts_per_language: int, languages: Sequence[str] = LANGUAGE
     return out
 
 
-def run_study(*, seed: int = 2026, max_new_tokens: int = 48, prompts_per_language: int = 4,
-              repeats: int = 3, gammas: Sequence[int] = (1, 2, 4),
+def run_study(*, seed: int = 2026, max_new_tokens: int = 64, prompts_per_language: int = 6,
+              repeats: int = 5, gammas: Sequence[int] = (1, 2, 4),
               wide_gammas: Sequence[int] = (2,), cost_gammas: Sequence[int] = (1, 2, 4, 6),
-              cost_repeats: int = 40, batch_sizes: Sequence[int] = (1, 2, 4, 8),
-              concurrency_gamma: int = 2, concurrency_repeats: int = 2,
+              cost_repeats: int = 60, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16),
+              concurrency_gamma: int = 2, concurrency_repeats: int = 3,
               sampling: dec.SamplingSettings = dec.SamplingSettings(),
               languages: Sequence[str] = LANGUAGES, models_dir=None,
               blas: int | None = 1, clock: Clock = time.perf_counter) -> Study:
-    """Run every chapter-8 measurement with small, fast defaults (about a minute).
+    """Run every chapter-8 measurement with small, fast defaults (under a minute on an
+    idle 2-core machine; the time scales with prompts x repeats x max_new_tokens).
 
     Parameters
     ----------
@@ -952,9 +955,18 @@ def _run_study(*, seed, max_new_tokens, prompts_per_language, repeats, gammas, w
     for tgt in (target, wide):
         rep = step_costs(tgt, draft, cost_gammas, repeats=cost_repeats, seed=seed, clock=clock)
         cost_rows += rep.rows
-        cost_raw += rep.raw
-    costs = Report(title="Step costs c and g(gamma), batch 1", rows=tuple(cost_rows),
-                   raw=tuple(cost_raw), metadata=rep.metadata, columns=rep.columns)
+        cost_raw += [dict(r, target=tgt.name, batch=1) for r in rep.raw]
+    for b in batch_sizes:
+        if b == 1:
+            continue
+        rep = step_costs(target, draft, (concurrency_gamma,), batch=b, repeats=cost_repeats,
+                         seed=seed, clock=clock)
+        cost_rows += rep.rows
+        cost_raw += [dict(r, target=target.name, batch=b) for r in rep.raw]
+    costs = Report(title="Step costs c and g(gamma) (batch 1 for both targets; the deep "
+                         "target at the concurrency batch sizes)", rows=tuple(cost_rows),
+                   raw=tuple(cost_raw), metadata=dict(rep.metadata, batch="per row"),
+                   columns=rep.columns)
     need = max(batch_sizes)
     held = load_heldout(models_dir)
     mixed = [held[languages[i % len(languages)]]["prompts"][i // len(languages)]

@@ -227,9 +227,9 @@ class KVCache:
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    mu = x.mean(axis=-1, keepdims=True)
-    xc = x - mu
-    var = (xc * xc).mean(axis=-1, keepdims=True)
+    inv_d = _F32(1.0 / x.shape[-1])
+    xc = x - np.add.reduce(x, axis=-1, keepdims=True) * inv_d
+    var = np.add.reduce(xc * xc, axis=-1, keepdims=True) * inv_d
     return xc / np.sqrt(var + _LN_EPS) * w + b
 
 
@@ -410,6 +410,7 @@ class Transformer:
         span = int(start.max()) + t                                # keys to look at
         key_pos = np.arange(span)
         mask = key_pos[None, None, None, :] > pos[:, None, :, None]  # (B, 1, T, L)
+        bias = np.where(mask, _F32(-np.inf), _F32(0.0)) if mask.any() else None
         rows = np.arange(b)[:, None]
         h, dh = cfg.n_heads, cfg.head_dim
         for layer, (ln1w, ln1b, wqkv, wproj, ln2w, ln2b, wfc, wout) in enumerate(self._layers):
@@ -420,10 +421,11 @@ class Transformer:
             vc[rows, :, pos] = z[:, :, 2]
             q = z[:, :, 0].transpose(0, 2, 1, 3)                    # (B, H, T, dh)
             scores = (q @ kc[:, :, :span].transpose(0, 1, 3, 2)) * self._scale
-            scores[np.broadcast_to(mask, scores.shape)] = -np.inf
-            scores -= scores.max(axis=-1, keepdims=True)
+            if bias is not None:
+                scores += bias
+            scores -= np.maximum.reduce(scores, axis=-1, keepdims=True)
             np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
+            scores /= np.add.reduce(scores, axis=-1, keepdims=True)
             y = (scores @ vc[:, :, :span]).transpose(0, 2, 1, 3).reshape(b, t, cfg.d_model)
             x = x + y @ wproj
             x = x + _gelu(_layer_norm(x, ln2w, ln2b) @ wfc) @ wout

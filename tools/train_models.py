@@ -400,6 +400,9 @@ def write_manifest(corpus_info: dict) -> dict:
                       python=platform.python_version()),
         threads=THREADS,
         machine=dict(processor=_cpu_model(), cores=os.cpu_count()),
+        training_seconds_note=("wall-clock seconds of each model's training loop on the "
+                               "machine above, shared with other jobs while training: "
+                               "a measure of this run, not of the model"),
     )
     (MODELS_DIR / "manifest.json").write_text(json.dumps(manifest, indent=2,
                                                           ensure_ascii=False) + "\n")
