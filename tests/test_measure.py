@@ -179,3 +179,20 @@ def test_environment_and_markdown():
     for key in ("cpu", "cores", "blas", "numpy", "python"):
         assert key in env
     assert ms.markdown_table([{"a": 1, "b": float("nan")}]).endswith("| 1 | - |")
+
+
+@pytest.mark.skipif(not (nn.MODELS_DIR / "manifest.json").exists(), reason="models/ not built")
+def test_run_study_smoke():
+    study = ms.run_study(max_new_tokens=4, prompts_per_language=1, repeats=1, gammas=(1,),
+                         wide_gammas=(1,), cost_gammas=(1, 2), cost_repeats=2,
+                         batch_sizes=(1, 2), concurrency_repeats=1)
+    assert len(study.latency.rows) == 4 * 4          # languages x settings
+    summary = study.summary()
+    for key in ("speedup_spec_g_1_zh", "acceptance_wide_spec_g_1_it", "c_target",
+                "g2_target_wide", "g2_target_B2", "c_target_B2", "gain_B2", "seconds"):
+        assert key in summary, key
+    meta = study.metadata
+    assert meta["models"]["target"]["parameters"] == nn.load_manifest()["models"]["target"]["parameters"]
+    assert len(meta["models"]["draft"]["weight_sha256"]) == 16
+    assert set(meta["prompt_distribution"]) == set(nn.LANGUAGES)
+    assert "blas" in meta["hardware"] and study.to_markdown().count("|") > 50

@@ -62,10 +62,10 @@ def first_tokens(target, draft, prompt, length, gamma, trials, settings, seed, c
 
 CASES = [
     # language, prompt index, settings, gamma, length, trials
-    ("it", 0, dec.SamplingSettings(), 2, 1, 3000),
-    ("en", 1, dec.SamplingSettings(temperature=0.7), 1, 2, 3000),
-    ("zh", 2, dec.SamplingSettings(top_k=20), 3, 2, 2500),
-    ("es", 3, dec.SamplingSettings(temperature=1.2, top_p=0.9), 4, 2, 2500),
+    ("it", 0, dec.SamplingSettings(), 2, 1, 5000),
+    ("en", 1, dec.SamplingSettings(temperature=0.7), 1, 2, 5000),
+    ("zh", 2, dec.SamplingSettings(top_k=20), 3, 2, 4000),
+    ("es", 3, dec.SamplingSettings(temperature=1.2, top_p=0.9), 4, 2, 4000),
 ]
 
 
