@@ -61,6 +61,7 @@ __all__ = [
     "step_costs",
     "compare",
     "concurrency",
+    "cost_model_check",
     "run_study",
 ]
 
@@ -809,6 +810,44 @@ def concurrency(target: Transformer, draft: Transformer, prompts: Sequence[str],
                            "speedup_iqr", "ttft_p50", "itl_mean", "acceptance"))
 
 
+def cost_model_check(latency: Report, costs: Report) -> Report:
+    """Compare measured speedups with the cost model fed with measured quantities.
+
+    For every speculative row of ``latency`` (batch 1), the cost model's prediction is
+    ``S = E / (g(gamma) + c gamma)`` (:func:`specdec.cost.cycle_cost`) with ``E`` the
+    measured tokens per cycle and ``c``, ``g(gamma)`` from ``costs`` (same target, batch
+    1). The implied overhead is what the denominator would need, in target steps per
+    cycle, for the prediction to equal the measurement: ``E / S_measured - (g + c gamma)``
+    (sampling, bookkeeping, cache effects, prefill, and the baseline's own overheads).
+
+    Returns
+    -------
+    Report
+        Rows: language, setting, target, gamma, E, c, g, predicted and measured speedup,
+        implied overhead (target steps per cycle).
+    """
+    from . import cost
+
+    table = {(r["target"], r["gamma"]): r for r in costs.rows if r["batch"] == 1}
+    rows = []
+    for r in latency.rows:
+        if r.get("gamma") is None or "speedup" not in r:
+            continue
+        k = table.get((r["target"], r["gamma"]))
+        if k is None:
+            continue
+        denom = float(cost.cycle_cost(r["gamma"], k["c"], g=k["g"]))
+        e = r["tokens_per_cycle"]
+        rows.append({"language": r["language"], "setting": r["setting"], "target": r["target"],
+                     "gamma": r["gamma"], "E": e, "c": k["c"], "g": k["g"],
+                     "predicted_speedup": e / denom, "measured_speedup": r["speedup"],
+                     "implied_overhead": e / r["speedup"] - denom})
+    return Report(title="Cost model with measured E, c and g(gamma) against measured speedup",
+                  rows=tuple(rows), metadata={"formula": "S = E / (g(gamma) + c gamma)"},
+                  columns=("language", "setting", "gamma", "E", "c", "g", "predicted_speedup",
+                           "measured_speedup", "implied_overhead"))
+
+
 # --------------------------------------------------------------------------- study
 @dataclass(frozen=True)
 class Study:
@@ -823,6 +862,8 @@ class Study:
         c and g(gamma) of both targets.
     concurrency : Report
         Throughput and gain of speculation as the batch grows (deep target).
+    model_check : Report
+        :func:`cost_model_check` of ``latency`` against ``costs``.
     metadata : dict
         Models, hardware, versions, sampling, seed, prompt distribution, parameters.
     seconds : float
@@ -832,12 +873,14 @@ class Study:
     latency: Report
     costs: Report
     concurrency: Report
+    model_check: Report
     metadata: dict
     seconds: float
 
     def to_dict(self) -> dict:
         return {"latency": self.latency.to_dict(), "costs": self.costs.to_dict(),
-                "concurrency": self.concurrency.to_dict(), "metadata": self.metadata,
+                "concurrency": self.concurrency.to_dict(),
+                "model_check": self.model_check.to_dict(), "metadata": self.metadata,
                 "seconds": self.seconds}
 
     def summary(self) -> dict[str, float]:
@@ -873,7 +916,8 @@ class Study:
 
     def to_markdown(self) -> str:
         return "\n\n".join([self.latency.to_markdown(), self.costs.to_markdown(),
-                            self.concurrency.to_markdown(), "**Run**",
+                            self.model_check.to_markdown(), self.concurrency.to_markdown(),
+                            "**Run**",
                             _metadata_markdown(self.metadata)])
 
 
@@ -913,7 +957,8 @@ def run_study(*, seed: int = 2026, max_new_tokens: int = 64, prompts_per_languag
         Requests per language and run; interleaved repeats.
     gammas, wide_gammas : sequence of int
         Draft lengths for the deep and the wide target.
-    cost_gammas, cost_repeats : for :func:`step_costs`.
+    cost_gammas, cost_repeats : for :func:`step_costs`, measured with a cached prefix of
+        the median prompt length plus ``max_new_tokens // 2`` (the middle of a request).
     batch_sizes, concurrency_gamma, concurrency_repeats : for :func:`concurrency`
         (prompts drawn round-robin from the languages).
     sampling : SamplingSettings
@@ -952,15 +997,20 @@ def _run_study(*, seed, max_new_tokens, prompts_per_language, repeats, gammas, w
     latency = compare(settings, prompts, max_new_tokens=max_new_tokens, repeats=repeats,
                       seed=seed, sampling=sampling, clock=clock)
     cost_rows, cost_raw = [], []
+    # costs at the middle of a request: median prompt plus half the generated tokens
+    prefix = int(np.median([len(p.encode("utf-8")) for ps in prompts.values() for p in ps]))
+    prefix = min(prefix + max_new_tokens // 2,
+                 target.config.context - max(cost_gammas) - 1)
     for tgt in (target, wide):
-        rep = step_costs(tgt, draft, cost_gammas, repeats=cost_repeats, seed=seed, clock=clock)
+        rep = step_costs(tgt, draft, cost_gammas, prefix=prefix, repeats=cost_repeats,
+                         seed=seed, clock=clock)
         cost_rows += rep.rows
         cost_raw += [dict(r, target=tgt.name, batch=1) for r in rep.raw]
     for b in batch_sizes:
         if b == 1:
             continue
-        rep = step_costs(target, draft, (concurrency_gamma,), batch=b, repeats=cost_repeats,
-                         seed=seed, clock=clock)
+        rep = step_costs(target, draft, (concurrency_gamma,), prefix=prefix, batch=b,
+                         repeats=cost_repeats, seed=seed, clock=clock)
         cost_rows += rep.rows
         cost_raw += [dict(r, target=target.name, batch=b) for r in rep.raw]
     costs = Report(title="Step costs c and g(gamma) (batch 1 for both targets; the deep "
@@ -982,5 +1032,6 @@ def _run_study(*, seed, max_new_tokens, prompts_per_language, repeats, gammas, w
             "wide_gammas": list(wide_gammas), "batch_sizes": list(batch_sizes),
             "hardware": environment(),
             "prompt_distribution": prompt_distribution(prompts)}
-    return Study(latency=latency, costs=costs, concurrency=conc, metadata=meta,
+    return Study(latency=latency, costs=costs, concurrency=conc,
+                 model_check=cost_model_check(latency, costs), metadata=meta,
                  seconds=time.perf_counter() - t0)

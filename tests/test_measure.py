@@ -196,3 +196,5 @@ def test_run_study_smoke():
     assert len(meta["models"]["draft"]["weight_sha256"]) == 16
     assert set(meta["prompt_distribution"]) == set(nn.LANGUAGES)
     assert "blas" in meta["hardware"] and study.to_markdown().count("|") > 50
+    check = study.model_check.rows
+    assert len(check) == 4 * 2 and all(r["predicted_speedup"] > 0 for r in check)
