@@ -120,6 +120,12 @@ class Decoded:
     accepted_lengths : tuple of tuple of int
         Per request, the number of proposals accepted in each cycle (0 to gamma);
         empty for autoregressive decoding.
+    pass_seconds : dict
+        Clock time spent inside forward passes of the whole batch, measured in situ:
+        ``{"prefill": s, "target": s, "draft": s}`` and the matching pass counts
+        ``{"target_passes": n, "draft_passes": n}``. Target passes exclude the prefill
+        (autoregressive: one per token after the first; speculative: one block of
+        gamma + 1 positions per cycle); draft passes are single steps.
     """
 
     prompts: tuple[tuple[int, ...], ...]
@@ -132,6 +138,7 @@ class Decoded:
     proposed: tuple[int, ...]
     gamma: int | None = None
     accepted_lengths: tuple[tuple[int, ...], ...] = ()
+    pass_seconds: dict = field(default_factory=dict)
 
     @property
     def texts(self) -> list[str]:
@@ -271,11 +278,15 @@ def autoregressive(model: Transformer, prompts, max_new_tokens: int, rng: np.ran
     start = clock()
     capacity = max(p.size for p in prompts) + max_new_tokens + 1
     cache, logits = _prefill(model, prompts, drop_last=False, capacity=capacity)
+    t_prefill = clock() - start
+    t_target = 0.0
     out: list[list[int]] = [[] for _ in range(b)]
     times: list[list[float]] = [[] for _ in range(b)]
     for step in range(max_new_tokens):
         if step:
+            t0 = clock()
             logits = model.forward(np.array([[o[-1]] for o in out]), cache)[:, -1]
+            t_target += clock() - t0
         for i in range(b):
             out[i].append(sample_from(settings.law(logits[i]), rng))
         now = clock()
@@ -286,7 +297,9 @@ def autoregressive(model: Transformer, prompts, max_new_tokens: int, rng: np.ran
                    tokens=tuple(tuple(o) for o in out), start=start,
                    emit_times=tuple(tuple(t) for t in times), end=end,
                    cycles=(max_new_tokens,) * b, accepted=(0,) * b, proposed=(0,) * b,
-                   gamma=None)
+                   gamma=None, pass_seconds={"prefill": t_prefill, "target": t_target,
+                                             "draft": 0.0, "target_passes": max_new_tokens - 1,
+                                             "draft_passes": 0})
 
 
 @dataclass
@@ -355,6 +368,8 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
     capacity = max(p.size for p in prompts) + max_new_tokens + 2 * gamma + 2
     tcache, _ = _prefill(target, prompts, drop_last=True, capacity=capacity)
     dcache, _ = _prefill(draft, prompts, drop_last=True, capacity=capacity)
+    passes = {"prefill": clock() - start, "target": 0.0, "draft": 0.0,
+              "target_passes": 0, "draft_passes": 0}
     rows = [_Row(seq=[int(t) for t in p]) for p in prompts]
     live = list(range(b))                       # row index of each cache row
     while live:
@@ -365,7 +380,10 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
         for _ in range(gamma):
             feed = [(rows[r].seq + props[j])[int(dcache.lengths[j]):] for j, r in enumerate(live)]
             x, lengths = _pad(feed)
+            t0 = clock()
             logits = draft.forward(x, dcache, lengths=lengths)
+            passes["draft"] += clock() - t0
+            passes["draft_passes"] += 1
             for j in range(n):
                 q = settings.law(logits[j, lengths[j] - 1])
                 props[j].append(sample_from(q, rng))
@@ -373,7 +391,10 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
         # 2. the target scores pending tokens + gamma proposals in one pass
         feed = [(rows[r].seq + props[j])[int(tcache.lengths[j]):] for j, r in enumerate(live)]
         x, lengths = _pad(feed)
+        t0 = clock()
         logits = target.forward(x, tcache, lengths=lengths)
+        passes["target"] += clock() - t0
+        passes["target_passes"] += 1
         # 3. accept / correct, left to right, with the library's token-level rule
         keep_t = np.empty(n, dtype=np.int64)
         for j, r in enumerate(live):
@@ -419,7 +440,8 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
                    cycles=tuple(r.cycles for r in rows),
                    accepted=tuple(r.accepted for r in rows),
                    proposed=tuple(r.proposed for r in rows), gamma=gamma,
-                   accepted_lengths=tuple(tuple(r.lengths) for r in rows))
+                   accepted_lengths=tuple(tuple(r.lengths) for r in rows),
+                   pass_seconds=passes)
 
 
 def target_sequence_law(model: Transformer, prompt, length: int = 1,

@@ -362,14 +362,24 @@ def _rng(seed: int, *keys: int) -> np.random.Generator:
 
 def _run_batches(setting: Setting, prompts: Sequence, batch: int, max_new_tokens: int,
                  rng: np.random.Generator, sampling: dec.SamplingSettings,
-                 clock: Clock) -> tuple[list[RequestMetrics], float]:
-    """Decode ``prompts`` in consecutive batches of ``batch`` requests; metrics and wall."""
+                 clock: Clock) -> tuple[list[RequestMetrics], float, dict]:
+    """Decode ``prompts`` in consecutive batches of ``batch`` requests.
+
+    Returns the per-request metrics, the wall time, and the mean in-situ time of one
+    target pass and one draft pass (``target_pass_s``, ``draft_pass_s``; nan if none).
+    """
     metrics: list[RequestMetrics] = []
+    totals = {"target": 0.0, "draft": 0.0, "target_passes": 0, "draft_passes": 0}
     t0 = clock()
     for s in range(0, len(prompts), batch):
-        metrics.extend(request_metrics(setting.run(list(prompts[s:s + batch]), max_new_tokens,
-                                                   rng, sampling, clock)))
-    return metrics, clock() - t0
+        out = setting.run(list(prompts[s:s + batch]), max_new_tokens, rng, sampling, clock)
+        metrics.extend(request_metrics(out))
+        for k in totals:
+            totals[k] += out.pass_seconds.get(k, 0)
+    wall = clock() - t0
+    passes = {f"{k}_pass_s": totals[k] / totals[f"{k}_passes"] if totals[f"{k}_passes"]
+              else float("nan") for k in ("target", "draft")}
+    return metrics, wall, passes
 
 
 # ------------------------------------------------------------------------- reports
@@ -673,7 +683,9 @@ def _aggregate(raw: Sequence[dict], keys: Sequence[str], baseline: Mapping[tuple
         agg["accepted_length_counts"] = tuple(hist)
         for metric in ("throughput", "char_throughput", "ttft_p50", "ttft_p90", "ttft_p99",
                        "itl_p50", "itl_p90", "itl_p99", "itl_mean", "total_p50", "acceptance",
-                       "tokens_per_cycle", "wall"):
+                       "tokens_per_cycle", "wall", "target_pass_s", "draft_pass_s"):
+            if metric not in rows[0]:
+                continue
             vals = [r[metric] for r in rows if not math.isnan(r[metric])]
             m, iqr = median_iqr(vals) if vals else (float("nan"), float("nan"))
             agg[metric] = m
@@ -739,10 +751,10 @@ def compare(settings: Sequence[Setting], prompts: Mapping[str, Sequence[str]], *
             order = settings[r % len(settings):] + settings[:r % len(settings)]
             for s in order:
                 rng = _rng(seed, r, li, names.index(s.name))
-                metrics, wall = _run_batches(s, prompts[lang], 1, max_new_tokens, rng,
-                                             sampling, clock)
+                metrics, wall, passes = _run_batches(s, prompts[lang], 1, max_new_tokens, rng,
+                                                     sampling, clock)
                 raw.append({"repeat": r, "language": lang, **s.describe(),
-                            **summarize(metrics, wall).as_dict()})
+                            **summarize(metrics, wall).as_dict(), **passes})
     keyed = {(lang, name): baselines[name] for lang in langs for name in baselines}
     rows = _aggregate(raw, ("language", "setting"), keyed)
     if memory:
@@ -795,10 +807,10 @@ def concurrency(target: Transformer, draft: Transformer, prompts: Sequence[str],
         for bi, b in enumerate(sizes):
             for s in ((base, spec) if r % 2 == 0 else (spec, base)):
                 rng = _rng(seed, r, bi, int(s.speculative))
-                metrics, wall = _run_batches(s, list(prompts[:b]), b, max_new_tokens, rng,
-                                             sampling, clock)
+                metrics, wall, passes = _run_batches(s, list(prompts[:b]), b, max_new_tokens,
+                                                     rng, sampling, clock)
                 raw.append({"repeat": r, "batch": b, **s.describe(),
-                            **summarize(metrics, wall).as_dict()})
+                            **summarize(metrics, wall).as_dict(), **passes})
     rows = _aggregate(raw, ("batch", "setting"), {(b, spec.name): base.name for b in sizes})
     meta = {"sampling": sampling.as_dict(), "max_new_tokens": max_new_tokens, "gamma": gamma,
             "repeats": repeats, "seed": seed, "batch_sizes": sizes,
@@ -815,20 +827,26 @@ def cost_model_check(latency: Report, costs: Report) -> Report:
 
     For every speculative row of ``latency`` (batch 1), the cost model's prediction is
     ``S = E / (g(gamma) + c gamma)`` (:func:`specdec.cost.cycle_cost`) with ``E`` the
-    measured tokens per cycle and ``c``, ``g(gamma)`` from ``costs`` (same target, batch
-    1). The implied overhead is what the denominator would need, in target steps per
+    measured tokens per cycle, and two versions of the denominator:
+
+    * ``c``, ``g``: isolated micro-benchmarks from ``costs`` (same target, batch 1);
+    * ``c_in_situ``, ``g_in_situ``: the mean time of a draft pass and of a target block
+      pass measured inside the speculative runs, over the mean target pass of the
+      baseline runs (same language, same target).
+
+    ``implied_overhead`` is what the in-situ denominator lacks, in target steps per
     cycle, for the prediction to equal the measurement: ``E / S_measured - (g + c gamma)``
-    (sampling, bookkeeping, cache effects, prefill, and the baseline's own overheads).
+    (sampling laws, the accept loop, cache rollback, bookkeeping, prefill, minus the
+    baseline's own per-token overheads).
 
     Returns
     -------
     Report
-        Rows: language, setting, target, gamma, E, c, g, predicted and measured speedup,
-        implied overhead (target steps per cycle).
     """
     from . import cost
 
     table = {(r["target"], r["gamma"]): r for r in costs.rows if r["batch"] == 1}
+    base = {(r["language"], r["target"]): r for r in latency.rows if r.get("draft") is None}
     rows = []
     for r in latency.rows:
         if r.get("gamma") is None or "speedup" not in r:
@@ -836,16 +854,24 @@ def cost_model_check(latency: Report, costs: Report) -> Report:
         k = table.get((r["target"], r["gamma"]))
         if k is None:
             continue
-        denom = float(cost.cycle_cost(r["gamma"], k["c"], g=k["g"]))
-        e = r["tokens_per_cycle"]
-        rows.append({"language": r["language"], "setting": r["setting"], "target": r["target"],
-                     "gamma": r["gamma"], "E": e, "c": k["c"], "g": k["g"],
-                     "predicted_speedup": e / denom, "measured_speedup": r["speedup"],
-                     "implied_overhead": e / r["speedup"] - denom})
+        gamma, e = r["gamma"], r["tokens_per_cycle"]
+        denom = float(cost.cycle_cost(gamma, k["c"], g=k["g"]))
+        row = {"language": r["language"], "setting": r["setting"], "target": r["target"],
+               "gamma": gamma, "E": e, "c": k["c"], "g": k["g"], "predicted_speedup": e / denom}
+        b = base.get((r["language"], r["target"]))
+        if b is not None and "target_pass_s" in r and "target_pass_s" in b:
+            c_situ = r["draft_pass_s"] / b["target_pass_s"]
+            g_situ = r["target_pass_s"] / b["target_pass_s"]
+            situ = float(cost.cycle_cost(gamma, c_situ, g=g_situ))
+            row.update({"c_in_situ": c_situ, "g_in_situ": g_situ,
+                        "predicted_in_situ": e / situ, "implied_overhead": e / r["speedup"] - situ})
+        row["measured_speedup"] = r["speedup"]
+        rows.append(row)
     return Report(title="Cost model with measured E, c and g(gamma) against measured speedup",
                   rows=tuple(rows), metadata={"formula": "S = E / (g(gamma) + c gamma)"},
                   columns=("language", "setting", "gamma", "E", "c", "g", "predicted_speedup",
-                           "measured_speedup", "implied_overhead"))
+                           "c_in_situ", "g_in_situ", "predicted_in_situ", "measured_speedup",
+                           "implied_overhead"))
 
 
 # --------------------------------------------------------------------------- study

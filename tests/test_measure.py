@@ -108,8 +108,12 @@ def test_autoregressive_timestamps_with_fake_clock(pair):
     target, _ = pair
     out = dec.autoregressive(target, "hi", 5, np.random.default_rng(0), clock=ms.TickClock(1.0))
     (m,) = ms.request_metrics(out)
-    assert out.start == 0.0 and out.emit_times[0] == (1.0, 2.0, 3.0, 4.0, 5.0)
-    assert m.ttft == 1.0 and m.itls == (1.0,) * 4 and m.total == 5.0 and m.cycles == 5
+    # readings: start 0, end of prefill 1, token 2; then per token: before and after the
+    # forward pass, emission (3 readings)
+    assert out.start == 0.0 and out.emit_times[0] == (2.0, 5.0, 8.0, 11.0, 14.0)
+    assert m.ttft == 2.0 and m.itls == (3.0,) * 4 and m.total == 14.0 and m.cycles == 5
+    assert out.pass_seconds == {"prefill": 1.0, "target": 4.0, "draft": 0.0,
+                                "target_passes": 4, "draft_passes": 0}
 
 
 def test_speculative_timestamps_with_fake_clock(pair):
@@ -117,6 +121,8 @@ def test_speculative_timestamps_with_fake_clock(pair):
     out = dec.speculative(target, draft, ["hello", "ciao"], 9, 3, np.random.default_rng(0),
                           clock=ms.TickClock(1.0))
     metrics = ms.request_metrics(out)
+    assert out.pass_seconds["draft_passes"] == 3 * max(out.cycles)
+    assert out.pass_seconds["target_passes"] == max(out.cycles)
     for m, times, cycles in zip(metrics, out.emit_times, out.cycles):
         assert m.tokens == 9 and len(set(times)) == cycles      # one stamp per cycle
         assert len(m.accepted_lengths) == cycles and sum(m.accepted_lengths) == m.accepted
@@ -145,10 +151,13 @@ def test_compare_and_concurrency_structure(pair):
     spec = [r for r in rep.rows if r["setting"] == "spec g=2"]
     assert all(r["speedup"] > 0 and r["peak_memory_mib"] > 0 for r in spec)
     base = [r for r in rep.rows if r["setting"] == "baseline"]
-    # with a tick clock every reading costs 0.01 s: a baseline request reads the clock
-    # at its start, at each of its 6 tokens and at its end (8 readings); the run adds one
-    # reading before its 2 requests, so its wall time is 17 ticks
-    assert all(r["throughput"] == pytest.approx(12 / (17 * 0.01)) for r in base)
+    # with a tick clock every reading costs 0.01 s: a baseline request of 6 tokens reads
+    # the clock at its start, after the prefill, at its first token, 3 times for each
+    # further token (around the forward pass and at the emission) and at its end: 19
+    # readings; the run adds one reading before its 2 requests: 39 ticks of wall time
+    assert all(r["throughput"] == pytest.approx(12 / (39 * 0.01)) for r in base)
+    assert all(r["target_pass_s"] == pytest.approx(0.01) for r in rep.rows)
+    assert all(r["draft_pass_s"] == pytest.approx(0.01) for r in spec)
     md = rep.to_markdown(metadata=True)
     assert "| language | setting |" in md and "prompt_distribution" in md
     conc = ms.concurrency(target, draft, ["a b c", "d e f", "g h i"], batch_sizes=(1, 3),
@@ -198,3 +207,4 @@ def test_run_study_smoke():
     assert "blas" in meta["hardware"] and study.to_markdown().count("|") > 50
     check = study.model_check.rows
     assert len(check) == 4 * 2 and all(r["predicted_speedup"] > 0 for r in check)
+    assert all(r["g_in_situ"] > 0 and r["c_in_situ"] > 0 for r in check)
