@@ -424,7 +424,10 @@ def corpus_step() -> dict:
     MODELS_DIR.mkdir(exist_ok=True)
     sample = heldout_sample(corpus)
     (MODELS_DIR / "heldout.json").write_text(json.dumps(sample, indent=1, ensure_ascii=False) + "\n")
-    info = dict(sha256=corpus.sha256, holdout_share=HOLDOUT_SHARE,
+    info = dict(sha256=corpus.sha256, holdout_share=HOLDOUT_SHARE, sample_seed=CORPUS_SEED,
+                sample=(f"heldout.json: held-out items in a seeded random order, up to "
+                        f"{SAMPLE_BYTES} bytes per language, and {PROMPTS_PER_LANGUAGE} "
+                        f"prompts of at most {PROMPT_BYTES} bytes"),
                 split="sha256(lang + NUL + item) as a number in [0, 1) < holdout_share",
                 separator=SEPARATOR, cleaning=("ANSI colour codes, overstrike (x BACKSPACE) "
                 "and other control characters removed; tabs to 4 spaces; NFC"),
