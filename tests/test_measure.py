@@ -216,3 +216,11 @@ def test_run_study_smoke():
     check = study.model_check.rows
     assert len(check) == 4 * 2 and all(r["predicted_speedup"] > 0 for r in check)
     assert all(r["g_in_situ"] > 0 and r["c_in_situ"] > 0 for r in check)
+
+
+def test_decoders_accept_one_token_prompts(pair):
+    target, draft = pair
+    out = dec.speculative(target, draft, ["a", "b"], 7, 2, np.random.default_rng(0))
+    assert [len(t) for t in out.tokens] == [7, 7]
+    out = dec.autoregressive(target, [[5]], 3, np.random.default_rng(0))
+    assert len(out.tokens[0]) == 3
