@@ -267,7 +267,7 @@ def test_jupyter_book_config_never_executes_and_renders_myst_outputs():
     assert ["html", "image/svg+xml", 25] in sphinx["nb_mime_priority_overrides"]
     for bib in config["bibtex_bibfiles"]:
         text = (REPO / bib).read_text()
-        for key in ("leviathan2023fast", "chen2023accelerating", "sun2025block", "zhang2026learning"):
+        for key in ("leviathan2023fast", "chen2023accelerating", "sun2025block", "learningtodraft2026"):
             assert "{" + key + "," in text
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
     assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
