@@ -153,6 +153,14 @@ def test_real_toc_lists_existing_sources_in_order():
             assert (REPO / f"{doc}.md").is_file(), doc
 
 
+def test_every_notebook_source_is_in_the_toc():
+    """A chapter source missing from _toc.yml would never be executed or published."""
+    layout = build.Layout(REPO)
+    listed = {name for name, _ in build.chapter_sources(layout)}
+    on_disk = {src.stem for src in (REPO / "notebooks").glob("*.md")}
+    assert on_disk - listed == set(), f"notebooks not listed in _toc.yml: {sorted(on_disk - listed)}"
+
+
 def test_toc_entry_without_source_is_an_error(tmp_path):
     root = make_fixture_book(tmp_path, ["ok"])
     write_toc(root, ["ok", "99-missing"])
