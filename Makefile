@@ -61,18 +61,20 @@ lint-workflow: $(STAMP)
 clean:
 	rm -rf _build .cache book/chapters
 
+MODELS_OUT ?= _build/models
+
 # Retrain the chapter-8 models from scratch into $(MODELS_OUT) (PyTorch CPU and Debian
 # fortunes; 30 to 90 min on 2 shared cores), then check them against the committed ones:
 # the bits per byte of every model and language on models/heldout.json must be within
 # 0.02 bits/byte (absolute) of models/manifest.json, else the target fails. The committed
 # models/ is never written; to adopt a new run, copy $(MODELS_OUT)/* there by hand.
 # `make models-check` runs the check alone (on the committed models: differences 0).
-MODELS_OUT ?= _build/models
 .PHONY: models models-check
 models: $(STAMP)
 	@dpkg -s fortunes fortunes-min fortunes-it fortunes-es fortunes-zh > /dev/null 2>&1 || { apt-get update && apt-get install -y fortunes fortunes-min fortunes-it fortunes-es fortunes-zh; }
 	$(PY) -m pip install -qq torch==2.13.0
 	$(PY) -u tools/train_models.py corpus train manifest check --out $(MODELS_OUT)
 
+# Compare the models in $(MODELS_OUT) with the committed manifest (no training).
 models-check: $(STAMP)
 	$(PY) tools/train_models.py check --out $(MODELS_OUT)
