@@ -8,8 +8,14 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
 - :mod:`specdec.claims`: the article's numeric claims, in one table.
 - :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles.
-- :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps.
-- :mod:`specdec.plotting`, :mod:`specdec.provenance`: the book's figures and run records.
+- :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps, best draft length.
+- :mod:`specdec.workloads`: acceptance that depends on context or draft position.
+- :mod:`specdec.conformance`, :mod:`specdec.gallery`: a test kit for real samplers, and
+  buggy samplers it must catch (``python -m specdec.conformance pkg.module:function``).
+- :mod:`specdec.nn`, :mod:`specdec.decode`, :mod:`specdec.measure`: numpy inference of the
+  small trained models, speculative decoding with them, and the timing harness.
+- :mod:`specdec.plotting`, :mod:`specdec.prose`, :mod:`specdec.provenance`: the book's
+  figures, numbers in prose, and run records.
 """
 
 __version__ = "0.1.0"
