@@ -64,7 +64,7 @@ clean:
 MODELS_OUT ?= _build/models
 
 # Retrain the chapter-8 models from scratch into $(MODELS_OUT) (PyTorch CPU and Debian
-# fortunes; 30 to 90 min on 2 shared cores), then check them against the committed ones:
+# fortunes; ~20 min on 2 cores, up to 90 min when shared), then check them against the committed ones:
 # the bits per byte of every model and language on models/heldout.json must be within
 # 0.02 bits/byte (absolute) of models/manifest.json, else the target fails. The committed
 # models/ is never written; to adopt a new run, copy $(MODELS_OUT)/* there by hand.
