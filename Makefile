@@ -21,7 +21,7 @@ book: params $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# Run benchmarks/*.py, then time a clean build and an unchanged rebuild.
+# Run benchmarks/bench_*.py, then time a clean build and an unchanged rebuild.
 bench: params $(STAMP)
 	@$(PY) tools/bench.py --seed "$$SEED" --trials "$$TRIALS"
 

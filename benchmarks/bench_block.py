@@ -25,11 +25,11 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ.setdefault(_var, "1")
 
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from specdec import block, models  # noqa: E402
+from _common import best_time, pin_to_one_core  # noqa: E402
 
 REPEATS = 3
 N_CYCLES = 250_000  # cycles per call of the vectorised engine
@@ -38,22 +38,6 @@ LENGTH = 32
 N_SCALAR = 5_000
 
 
-def pin_to_one_core() -> str:
-    """Restrict this process to one CPU when the platform allows it."""
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        return f"pinned to CPU {cpu}"
-    return "not pinned (no sched_setaffinity on this platform)"
-
-
-def best_time(fn, repeats: int = REPEATS):
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def main() -> int:
@@ -66,12 +50,12 @@ def main() -> int:
     print(f"\n{'engine':42s} {'gamma':>5s} {'cycles/s':>12s} {'tokens/s':>12s}")
     rates = {}
     for gamma in (1, 2, 4, 8):
-        t, b = best_time(lambda: block.simulate_cycles(p, q, (), gamma, N_CYCLES, rng))
+        t, b = best_time(lambda: block.simulate_cycles(p, q, (), gamma, N_CYCLES, rng), REPEATS)
         rates[gamma] = N_CYCLES / t
         print(f"{'simulate_cycles (vectorised)':42s} {gamma:5d} {N_CYCLES / t:12,.0f} "
               f"{b.n_emitted.sum() / t:12,.0f}")
     for gamma in (2, 4):
-        t, g = best_time(lambda: block.simulate_generation(pn, qn, (), gamma, LENGTH, N_SEQUENCES, rng))
+        t, g = best_time(lambda: block.simulate_generation(pn, qn, (), gamma, LENGTH, N_SEQUENCES, rng), REPEATS)
         print(f"{'simulate_generation (vectorised, L=32)':42s} {gamma:5d} {g.n_emitted.size / t:12,.0f} "
               f"{g.n_tokens.sum() / t:12,.0f}")
     scalar = {}

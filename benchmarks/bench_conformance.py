@@ -31,26 +31,14 @@ import numpy as np  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
 from specdec import block, conformance, gallery, token  # noqa: E402
+from _common import best_time, pin_to_one_core  # noqa: E402
 
 REPEATS = 3
 
 
-def pin_to_one_core() -> str:
-    """Restrict this process to one CPU when the platform allows it."""
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        return f"pinned to CPU {cpu}"
-    return "not pinned (no sched_setaffinity on this platform)"
-
 
 def best_report(sampler, repeats: int = REPEATS, **kwargs):
-    best, report = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        report = conformance.run_battery(sampler, **kwargs)
-        best = min(best, time.perf_counter() - t0)
-    return best, report
+    return best_time(lambda: conformance.run_battery(sampler, **kwargs), repeats)
 
 
 def main(argv: list[str] | None = None) -> int:

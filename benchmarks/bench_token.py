@@ -22,12 +22,12 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ.setdefault(_var, "1")
 
 import sys  # noqa: E402
-import time  # noqa: E402
 import tracemalloc  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from specdec.simulate import article_reference_run, simulate_step  # noqa: E402
+from _common import best_time, pin_to_one_core  # noqa: E402
 from specdec.token import ARTICLE_P, ARTICLE_Q, RULES, rejection_probability  # noqa: E402
 
 TRIALS = 200_000_000  # engine trials per repeat
@@ -37,27 +37,11 @@ REPEATS = 3
 RULES_MAIN = ("correct", "fallback_p")
 
 
-def pin_to_one_core() -> str:
-    """Restrict this process to one CPU when the platform allows it."""
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        return f"pinned to CPU {cpu}"
-    return "not pinned (no sched_setaffinity on this platform)"
-
-
-def best_time(fn, repeats: int = REPEATS) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def engine_seconds(trials: int, rules=RULES_MAIN) -> float:
     rng = np.random.default_rng(20260923)
-    return best_time(lambda: simulate_step(ARTICLE_P, ARTICLE_Q, trials, rng, rules, chunk=CHUNK))
+    return best_time(lambda: simulate_step(ARTICLE_P, ARTICLE_Q, trials, rng, rules, chunk=CHUNK), REPEATS)[0]
 
 
 def uniforms_seconds(count: int) -> float:
@@ -72,11 +56,11 @@ def uniforms_seconds(count: int) -> float:
             rng.random(dtype=np.float32, out=buf[:n])
             left -= n
 
-    return best_time(run)
+    return best_time(run, REPEATS)[0]
 
 
 def python_seconds() -> float:
-    return best_time(lambda: article_reference_run(PY_TRIALS), repeats=1)
+    return best_time(lambda: article_reference_run(PY_TRIALS), repeats=1)[0]
 
 
 def peak_bytes(trials: int) -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``make bench``: run benchmarks/*.py, then time a clean build and an unchanged rebuild.
+"""``make bench``: run benchmarks/bench_*.py, then time a clean build and an unchanged rebuild.
 
 The builds run in a temporary copy of the repository's sources (tools/snapshot.py), so
 the working tree's cache and _build/ are neither used nor touched.
@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", default="2026")
     parser.add_argument("--trials", default="200000")
-    parser.add_argument("--no-build", action="store_true", help="only run benchmarks/*.py")
+    parser.add_argument("--no-build", action="store_true", help="only run benchmarks/bench_*.py")
     args = parser.parse_args(argv)
 
     rows: list[tuple[str, str, float]] = []
-    for script in sorted((REPO / "benchmarks").glob("*.py")):
+    for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
         print(f"== {script.relative_to(REPO)}", flush=True)
         code, seconds, output = timed([sys.executable, str(script)], REPO)
         print(output.rstrip())
