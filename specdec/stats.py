@@ -362,6 +362,49 @@ def detection_threshold(false_alarm: float, cells: int) -> float:
     return 2.0 * optimize.brentq(f, float(d), hi, xtol=1e-12, rtol=1e-14)
 
 
+def pool_sparse_cells(counts, law, *, min_expected: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the cells whose expected count is below ``min_expected`` into one cell.
+
+    Which cells are merged depends on the law and the number of trials only, never on
+    the observed counts, so a test on the pooled counts keeps its false-alarm guarantee;
+    pooling sparse cells gives the check more power on large vocabularies, where most
+    cells would otherwise hold a handful of expected counts each.
+
+    Parameters
+    ----------
+    counts : array_like of int, shape (V,)
+        Observed counts per outcome (any shape; flattened).
+    law : array_like, shape (V,)
+        Exact law of the outcomes (same shape as ``counts``).
+    min_expected : float, default 5.0
+        Cells with ``n * law < min_expected`` (``n = counts.sum()``) are merged.
+
+    Returns
+    -------
+    counts, law : np.ndarray, shape (K,)
+        The kept cells followed, when any cell was merged, by the merged cell.
+
+    Raises
+    ------
+    LawError
+        Invalid counts or law, mismatched shapes, or ``min_expected < 0``.
+
+    Examples
+    --------
+    >>> c, lw = pool_sparse_cells([50, 45, 3, 2], [0.5, 0.44, 0.04, 0.02], min_expected=5)
+    >>> c.tolist(), np.round(lw, 2).tolist()
+    ([50, 45, 5], [0.5, 0.44, 0.06])
+    """
+    c, lw = _check_counts(np.ravel(counts), np.ravel(law))
+    if not (np.isfinite(min_expected) and min_expected >= 0):
+        raise LawError(f"min_expected: must be a finite number >= 0 (got {min_expected!r})")
+    big = lw * c.sum() >= min_expected
+    rest = lw[~big].sum()
+    if rest > 0:
+        return np.append(c[big], c[~big].sum()), np.append(lw[big], rest)
+    return c[big], lw[big]
+
+
 def assert_law(counts, law, *, false_alarm: float = 1e-9) -> float:
     """Fail loudly unless counts are consistent with an exact law.
 

@@ -43,16 +43,6 @@ def prompts():
     return nn.load_heldout()
 
 
-def pooled(counts: np.ndarray, law: np.ndarray, trials: int, min_expected: float = 5.0):
-    """Keep cells with expected count >= min_expected; merge the rest into one cell."""
-    counts, law = counts.ravel(), law.ravel()
-    big = law * trials >= min_expected
-    rest_law = law[~big].sum()
-    if rest_law > 0:
-        return (np.append(counts[big], counts[~big].sum()), np.append(law[big], rest_law))
-    return counts[big], law[big]
-
-
 def first_tokens(target, draft, prompt, length, gamma, trials, settings, seed, chunk=1000):
     """Counts of the first ``length`` tokens over ``trials`` independent decodes, and the
     overall acceptance rate (requests decoded ``chunk`` at a time, one per batch row)."""
@@ -87,7 +77,7 @@ def test_speculative_first_tokens_follow_target_law(models, prompts, lang, index
     counts, acceptance = first_tokens(target, draft, prompt, length, gamma, trials, settings,
                                       seed=[2026, index, gamma])
     assert counts.sum() == trials
-    c, lw = pooled(counts, law, trials)
+    c, lw = stats.pool_sparse_cells(counts, law)
     stats.assert_law(c, lw, false_alarm=FALSE_ALARM)
     assert 0.0 < acceptance < 1.0           # the draft is neither useless nor perfect
 
@@ -101,7 +91,7 @@ def test_check_has_power_against_the_draft_law(models, prompts):
     q = dec.target_sequence_law(draft, prompt, 1, settings)
     assert tv_distance(p, q) > 0.05
     counts, _ = first_tokens(target, draft, prompt, 1, 2, 3000, settings, seed=7)
-    c, lq = pooled(counts, q, 3000)
+    c, lq = stats.pool_sparse_cells(counts, q)
     with pytest.raises(AssertionError, match="inconsistent with the law"):
         stats.assert_law(c, lq, false_alarm=FALSE_ALARM)
 
@@ -113,7 +103,7 @@ def test_autoregressive_baseline_follows_target_law(models, prompts):
     law = dec.target_sequence_law(target, prompt, 1, settings)
     out = dec.autoregressive(target, [prompt] * 3000, 1, np.random.default_rng(3), settings)
     counts = np.bincount(np.array(out.tokens)[:, 0], minlength=256)
-    stats.assert_law(*pooled(counts, law, 3000), false_alarm=FALSE_ALARM)
+    stats.assert_law(*stats.pool_sparse_cells(counts, law), false_alarm=FALSE_ALARM)
 
 
 def test_greedy_speculative_equals_greedy_target(models, prompts):

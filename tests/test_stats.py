@@ -292,3 +292,16 @@ def test_trials_to_detect_large_vocabulary_uses_pinsker():
     law = np.full(32, 1 / 32)
     n = trials_to_detect(0.05, law=law)
     assert n > trials_to_detect(0.05, law=np.full(8, 1 / 8)) > 0
+
+
+def test_pool_sparse_cells_merges_by_expected_count_only():
+    from specdec.stats import pool_sparse_cells
+
+    c, lw = pool_sparse_cells([50, 45, 3, 2], [0.5, 0.44, 0.04, 0.02], min_expected=5)
+    assert c.tolist() == [50, 45, 5] and np.allclose(lw, [0.5, 0.44, 0.06])
+    c, lw = pool_sparse_cells([60, 40], [0.6, 0.4])  # nothing sparse: unchanged
+    assert c.tolist() == [60, 40] and np.allclose(lw, [0.6, 0.4])
+    c, lw = pool_sparse_cells(np.array([[5, 0], [0, 95]]), np.array([[0.04, 0.01], [0.0, 0.95]]))
+    assert c.sum() == 100 and np.isclose(lw.sum(), 1.0)
+    with pytest.raises(ValueError, match="min_expected"):
+        pool_sparse_cells([1, 1], [0.5, 0.5], min_expected=-1)
