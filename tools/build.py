@@ -429,6 +429,11 @@ def publish_chapters(layout: Layout, rows: list[dict]) -> None:
 # --------------------------------------------------------------------------- rendering
 
 
+# Pages of _toc.yml that are generated at build time (git-ignored), not committed.
+EXECUTION_STATS_PAGE = "book/execution-stats"
+GENERATED_PAGES = (EXECUTION_STATS_PAGE,)
+
+
 def prepare_book(layout: Layout, names: list[str]) -> None:
     """Generate the book's derived inputs, just before rendering.
 
@@ -441,7 +446,7 @@ def prepare_book(layout: Layout, names: list[str]) -> None:
     if (TOOLS / "execution_stats.py").exists():
         import execution_stats
 
-        execution_stats.write_page(layout.chapters, layout.book_dir / "execution-stats.md", names)
+        execution_stats.write_page(layout.chapters, layout.root / f"{EXECUTION_STATS_PAGE}.md", names)
     if (TOOLS / "vendor.py").exists():
         import vendor
 
