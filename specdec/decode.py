@@ -89,6 +89,53 @@ class SamplingSettings:
         return laws.sampling_law(logits, temperature=self.temperature, top_k=self.top_k,
                                  top_p=self.top_p)
 
+    def laws(self, logits: np.ndarray) -> np.ndarray:
+        """The sampled laws of many logit vectors at once.
+
+        Row ``i`` of the result equals ``self.law(logits[i])`` exactly (the same floating
+        point operations, applied along the last axis). Plain temperature sampling (no
+        top-k, no top-p, temperature > 0) is one vectorised softmax; the other settings
+        are applied row by row with :func:`specdec.laws.sampling_law`.
+
+        Parameters
+        ----------
+        logits : numpy.ndarray, shape (N, V)
+            One logit vector per row; entries finite or ``-inf``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (N, V), float64
+            One probability vector per row.
+
+        Raises
+        ------
+        specdec.laws.LawError
+            A row with NaN or ``+inf``, or with every entry ``-inf``; ``logits`` not 2-D.
+
+        Examples
+        --------
+        >>> s = SamplingSettings(temperature=0.5)
+        >>> z = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, -np.inf]])
+        >>> bool(np.array_equal(s.laws(z), np.stack([s.law(z[0]), s.law(z[1])])))
+        True
+        """
+        z = np.asarray(logits, dtype=np.float64)
+        if z.ndim != 2 or z.shape[1] < 1:
+            raise laws.LawError(f"logits: must have shape (N, V) with V >= 1 (got {z.shape})")
+        if self.top_k is not None or self.top_p is not None or self.temperature == 0:
+            return np.stack([self.law(row) for row in z]) if z.shape[0] else z.copy()
+        bad = np.isnan(z) | (z == np.inf)
+        if bad.any() or not np.isfinite(z).any(axis=1).all():
+            for i, row in enumerate(z):     # let the one-vector check name the problem
+                try:
+                    self.law(row)
+                except laws.LawError as err:
+                    raise laws.LawError(f"logits: row {i}: {err}") from None
+        z = z / self.temperature
+        out = np.exp(z - z.max(axis=1, keepdims=True))
+        out /= out.sum(axis=1, keepdims=True)
+        return out
+
     def as_dict(self) -> dict:
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
 
@@ -211,6 +258,8 @@ def sample_from(law: np.ndarray, rng: np.random.Generator) -> int:
 
 
 def _pad(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    if len(rows) == 1 and rows[0]:              # batch 1, the latency-critical case
+        return np.array(rows, dtype=np.int64), np.array([len(rows[0])], dtype=np.int64)
     lengths = np.array([len(r) for r in rows], dtype=np.int64)
     out = np.zeros((len(rows), max(1, int(lengths.max()))), dtype=np.int64)
     for i, r in enumerate(rows):
@@ -384,10 +433,10 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
             logits = draft.forward(x, dcache, lengths=lengths)
             passes["draft"] += clock() - t0
             passes["draft_passes"] += 1
+            q_now = settings.laws(logits[np.arange(n), lengths - 1])     # (n, V)
             for j in range(n):
-                q = settings.law(logits[j, lengths[j] - 1])
-                props[j].append(sample_from(q, rng))
-                qs[j].append(q)
+                props[j].append(sample_from(q_now[j], rng))
+                qs[j].append(q_now[j])
         # 2. the target scores pending tokens + gamma proposals in one pass
         feed = [(rows[r].seq + props[j])[int(tcache.lengths[j]):] for j, r in enumerate(live)]
         x, lengths = _pad(feed)
@@ -400,17 +449,18 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
         for j, r in enumerate(live):
             row = rows[r]
             off = int(lengths[j]) - gamma - 1    # logits index of the law at proposal 0
+            p_all = settings.laws(logits[j, off:off + gamma + 1])      # (gamma + 1, V)
             new: list[int] = []
             for i in range(gamma):
-                p = settings.law(logits[j, off + i])
+                p = p_all[i]
                 xi = props[j][i]
-                if token.speculative_accept(p[xi], qs[j][i][xi], rng.random()):
+                if token.speculative_accept(float(p[xi]), float(qs[j][i][xi]), rng.random()):
                     new.append(xi)
                 else:
                     new.append(int(token.draw_residual(p, qs[j][i], rng)))
                     break
             else:
-                new.append(sample_from(settings.law(logits[j, off + gamma]), rng))
+                new.append(sample_from(p_all[gamma], rng))
             n_acc = len(new) - 1
             row.cycles += 1
             row.proposed += gamma

@@ -184,11 +184,16 @@ class KVCache:
         ValueError
             If a new length is negative or longer than the current one.
         """
-        new = np.broadcast_to(np.asarray(lengths, dtype=np.int64), self.lengths.shape)
-        if np.any(new < 0) or np.any(new > self.lengths):
+        new = np.array(lengths, dtype=np.int64)          # a copy: the caller keeps theirs
+        if new.shape != self.lengths.shape:
+            if new.ndim:
+                raise ValueError(f"lengths: must be one integer or {self.batch} integers "
+                                 f"(got shape {new.shape})")
+            new = np.full(self.lengths.shape, new, dtype=np.int64)
+        if ((new < 0) | (new > self.lengths)).any():      # one pass: this runs every cycle
             raise ValueError(f"lengths: must be between 0 and the current lengths "
                              f"{self.lengths.tolist()} (got {new.tolist()})")
-        self.lengths = new.copy()
+        self.lengths = new
 
     def copy(self) -> "KVCache":
         """An independent copy (same contents)."""

@@ -252,3 +252,16 @@ def test_numpy_forward_matches_torch(real):
         got = model.forward(toks)
         np.testing.assert_allclose(got, ref, atol=2e-3, rtol=1e-3)
         assert np.abs(got - ref).max() < 2e-3
+
+
+def test_truncate_lengths_shape(tiny):
+    cache = tiny.new_cache(2)
+    tiny.forward(np.array([[1, 2, 3], [4, 5, 6]]), cache)
+    with pytest.raises(ValueError, match="lengths: must be one integer or 2 integers"):
+        cache.truncate([1, 1, 1])
+    keep = np.array([2, 1])
+    cache.truncate(keep)
+    keep[0] = 0                                   # the cache owns a copy
+    assert cache.lengths.tolist() == [2, 1]
+    cache.truncate(0)
+    assert cache.lengths.tolist() == [0, 0]
