@@ -414,11 +414,8 @@ def _shows_seed(page: Path, seed: int) -> bool:
 
 
 @pytest.mark.slow
-def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(tmp_path):
-    root = snapshot.copy_sources(REPO, tmp_path / "repo")
-    assert not (root / ".venv").exists() and not (root / "_build").exists()
-
-    first = run_build(root)
+def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
+    root, first = whole_book.root, whole_book.first   # a fresh copy, built from scratch
     output = first.stdout + first.stderr
     assert first.returncode == 0, output
     assert "WARNING" not in output
