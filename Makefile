@@ -68,7 +68,8 @@ MODELS_OUT ?= _build/models
 # the bits per byte of every model and language on models/heldout.json must be within
 # 0.02 bits/byte (absolute) of models/manifest.json, else the target fails. The committed
 # models/ is never written; to adopt a new run, copy $(MODELS_OUT)/* there by hand.
-# `make models-check` runs the check alone (on the committed models: differences 0).
+# `make models-check` runs the check alone on $(MODELS_OUT); `make models-check
+# MODELS_OUT=models` checks the committed models themselves (differences 0).
 .PHONY: models models-check
 models: $(STAMP)
 	@dpkg -s fortunes fortunes-min fortunes-it fortunes-es fortunes-zh > /dev/null 2>&1 || { apt-get update && apt-get install -y fortunes fortunes-min fortunes-it fortunes-es fortunes-zh; }

@@ -1150,7 +1150,7 @@ def account(cycles) -> Accounting:
 
     Parameters
     ----------
-    cycles : iterable of CycleResult, Generation, CycleBatch or GenerationBatch
+    cycles : iterable of CycleResult, or a Generation, CycleBatch or GenerationBatch
         The cycles of a run.
 
     Returns
@@ -1160,7 +1160,8 @@ def account(cycles) -> Accounting:
     Raises
     ------
     LawError
-        If there are no cycles.
+        If there are no cycles, or an item is not a CycleResult (per-cycle counts go to
+        :func:`account_counts`).
 
     Examples
     --------
@@ -1177,6 +1178,10 @@ def account(cycles) -> Accounting:
     cs = list(cycles)
     if not cs:
         raise LawError("cycles: must contain at least one cycle")
+    bad = next((c for c in cs if not isinstance(c, CycleResult)), None)
+    if bad is not None:
+        raise LawError(f"cycles: must be CycleResult objects (got {type(bad).__name__}); "
+                       "for per-cycle counts such as [4, 0, 2] use account_counts")
     return account_counts(np.array([c.n_accepted for c in cs], dtype=np.int64),
                           proposed=np.array([c.n_proposed for c in cs], dtype=np.int64),
                           emitted=np.array([c.n_emitted for c in cs], dtype=np.int64))

@@ -87,29 +87,29 @@ def _real(x, name: str, *, lo: float | None = None, hi: float | None = None, rul
     return arr
 
 
-def _alpha(alpha) -> np.ndarray:
-    return _real(alpha, "alpha", lo=0.0, hi=1.0, rule="a probability in [0, 1]")
+def _alpha(alpha, name: str = "alpha") -> np.ndarray:
+    return _real(alpha, name, lo=0.0, hi=1.0, rule="a probability in [0, 1]")
 
 
-def _c(c) -> np.ndarray:
-    return _real(c, "c", lo=0.0, rule=">= 0 (cost of one draft token in target steps)")
+def _c(c, name: str = "c") -> np.ndarray:
+    return _real(c, name, lo=0.0, rule=">= 0 (cost of one draft token in target steps)")
 
 
 def _overhead(overhead) -> np.ndarray:
     return _real(overhead, "overhead", lo=0.0, rule=">= 0 (per-cycle cost in target steps)")
 
 
-def _gamma(gamma) -> np.ndarray:
+def _gamma(gamma, name: str = "gamma") -> np.ndarray:
     arr = np.asarray(gamma)
     if arr.size == 0:
-        raise LawError("gamma: must not be empty")
+        raise LawError(f"{name}: must not be empty")
     if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise LawError(f"gamma: must be an integer >= 1 (got {gamma!r})")
+        raise LawError(f"{name}: must be an integer >= 1 (got {gamma!r})")
     if np.issubdtype(arr.dtype, np.floating):
         if not np.isfinite(arr).all() or (arr != np.round(arr)).any():
-            raise LawError(f"gamma: must be an integer >= 1 (got {gamma!r})")
+            raise LawError(f"{name}: must be an integer >= 1 (got {gamma!r})")
     if (arr < 1).any():
-        raise LawError(f"gamma: must be an integer >= 1 (got {arr[arr < 1].flat[0]:g})")
+        raise LawError(f"{name}: must be an integer >= 1 (got {arr[arr < 1].flat[0]:g})")
     return arr.astype(np.int64)
 
 
@@ -378,7 +378,7 @@ class Sweep:
 
 
 def _grid(x, name, check) -> np.ndarray:
-    arr = check(np.atleast_1d(np.asarray(x)))
+    arr = check(np.atleast_1d(np.asarray(x)), name)
     if arr.ndim != 1:
         raise LawError(f"{name}: must be a 1-D grid (got shape {arr.shape})")
     return arr

@@ -391,6 +391,11 @@ def test_account_counts_validation(kwargs, match):
         account([])
 
 
+def test_account_refuses_counts_and_points_to_account_counts():
+    with pytest.raises(LawError, match=r"cycles: must be CycleResult objects .*use account_counts"):
+        account([4, 0, 2])
+
+
 def test_cycle_result_properties():
     c = CycleResult((1, 2), (1, 0, 3), 1, 3, False, False)
     assert c.n_emitted == 2 and c.rejected

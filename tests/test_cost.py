@@ -243,3 +243,17 @@ def test_claims_values_and_failures():
         claims.check("s6_speedup_c005", 2.36)
     with pytest.raises(AssertionError, match="s7_slower_g3"):
         claims.check("s7_slower_g3", speedup(0.7, 6, 0.05))  # g = 1: faster, the claim is about g = 3
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(gammas=[]), "gammas: must not be empty"),
+    (dict(gammas=[0, 1]), "gammas: must be an integer >= 1"),
+    (dict(alphas=[1.5]), "alphas: must be a probability"),
+    (dict(cs=[-1.0]), "cs: must be >= 0"),
+])
+def test_sweep_errors_name_the_grid(kw, message):
+    with pytest.raises(LawError, match=message):
+        cost.sweep(**kw)
+    if "gammas" in kw:
+        with pytest.raises(LawError, match=message):
+            cost.best_gamma(0.7, 0.05, gammas=kw["gammas"])

@@ -350,6 +350,34 @@ def check_kernel() -> None:
         )
 
 
+def front_matter(source: Path) -> dict:
+    """The YAML front matter of a MyST notebook (empty if it has none)."""
+    text = source.read_text(encoding="utf-8")
+    if not text.startswith("---\n"):
+        return {}
+    end = text.find("\n---", 4)
+    if end < 0:
+        return {}
+    import yaml
+
+    meta = yaml.safe_load(text[4:end]) or {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def executes_alone(source: Path) -> bool:
+    """Whether a notebook asks to run with nothing else executing (``specdec: {execute: alone}``).
+
+    Chapters that time code (wall-clock measurements) declare it, so that the build's own
+    parallel execution of other notebooks does not load the machine under their clocks.
+    """
+    spec = front_matter(source).get("specdec") or {}
+    mode = spec.get("execute", "parallel") if isinstance(spec, dict) else "parallel"
+    if mode not in ("parallel", "alone"):
+        raise BuildError(f"{source.name}: front matter specdec.execute must be 'parallel' or "
+                         f"'alone' (got {mode!r})")
+    return mode == "alone"
+
+
 def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: int,
                 force: bool = False) -> tuple[list[dict], bool]:
     """Execute what is not cached; return (rows for the timing table, all succeeded)."""
@@ -369,6 +397,7 @@ def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: i
                 "staging": str(layout.cache / "staging" / path.name),
                 "failed": str(layout.cache / "failed" / f"{name}.ipynb"),
                 "fingerprint": fp, "params": params, "timeout": timeout,
+                "alone": executes_alone(source),
             })
             row.update(status="executed")
         rows.append(row)
@@ -378,23 +407,32 @@ def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: i
         from concurrent.futures import ProcessPoolExecutor, as_completed
         import multiprocessing
 
-        workers = max(1, min(jobs, len(tasks)))
-        print(f"executing {len(tasks)} notebook(s) on {workers} worker(s)...", flush=True)
+        shared_tasks = [t for t in tasks if not t["alone"]]
+        alone_tasks = [t for t in tasks if t["alone"]]
+        workers = max(1, min(jobs, len(shared_tasks) or 1))
+        print(f"executing {len(shared_tasks)} notebook(s) on {workers} worker(s)"
+              + (f", then {len(alone_tasks)} alone (timing measurements)" if alone_tasks else "")
+              + "...", flush=True)
         by_name = {row["name"]: row for row in rows}
         ctx = multiprocessing.get_context("spawn")
         executed_dir.mkdir(parents=True, exist_ok=True)
         log = layout.cache / "kernels.log"
         log.unlink(missing_ok=True)
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(kernel_environment(layout), str(log))) as pool:
-            futures = {pool.submit(execute_notebook, t): t["name"] for t in tasks}
-            for future in as_completed(futures):
-                name, result = futures[future], future.result()
-                row = by_name[name]
-                row.update(ok=result["ok"], seconds=result["seconds"])
-                if not result["ok"]:
-                    row.update(status="FAILED", error=result["error"], detail=result["detail"])
-                print(f"  {row['status']:<8} {name} ({result['seconds']:.1f} s)", flush=True)
+        # First the notebooks that may share the machine, in parallel; then, one at a time
+        # with nothing else running, those that time code.
+        for batch, n_workers in ((shared_tasks, workers), *(([t], 1) for t in alone_tasks)):
+            if not batch:
+                continue
+            with ProcessPoolExecutor(n_workers, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(kernel_environment(layout), str(log))) as pool:
+                futures = {pool.submit(execute_notebook, t): t["name"] for t in batch}
+                for future in as_completed(futures):
+                    name, result = futures[future], future.result()
+                    row = by_name[name]
+                    row.update(ok=result["ok"], seconds=result["seconds"])
+                    if not result["ok"]:
+                        row.update(status="FAILED", error=result["error"], detail=result["detail"])
+                    print(f"  {row['status']:<8} {name} ({result['seconds']:.1f} s)", flush=True)
         prune_cache(executed_dir, [r["name"] for r in rows])
     return rows, all(r["ok"] for r in rows)
 
