@@ -1732,7 +1732,15 @@ def load_sampler(target: str):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ValueError(f"sampler: module {mod_name!r} has no attribute {attr!r}") from None
+            hint = ""
+            if ":" not in target and hasattr(obj, "__path__"):   # a package: a module was meant
+                hint = (f"; to name a function of the module {target!r}, write "
+                        f"'{target}:function'")
+            raise ValueError(f"sampler: module {mod_name!r} has no attribute {attr!r}"
+                             f"{hint}") from None
+    if inspect.ismodule(obj):
+        raise ValueError(f"sampler: {target!r} is a module, not a sampler; to name a "
+                         f"function of it, write '{target}:function'")
     if inspect.isclass(obj):  # a stateful sampler class: one instance, reset between decodes
         obj = obj()
     return obj

@@ -474,6 +474,8 @@ def test_cli_exit_codes(capsys):
     assert C.main(["specdec.gallery:no_such_sampler"]) == 2
     assert "has no attribute" in capsys.readouterr().err
     assert C.main(["no_such_module_xyz:f"]) == 2
+    assert C.main(["specdec.gallery"]) == 2          # a module, without ':function'
+    assert "write 'specdec.gallery:function'" in capsys.readouterr().err
     assert C.main(["specdec.gallery:vectorised_correct", "--trials", "0"]) == 2
     assert C.main(["specdec.gallery:vectorised_correct", "--cases", "block_g1"]) == 2
     assert C.main([]) == 2
