@@ -16,7 +16,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -312,12 +311,13 @@ def test_incremental_execution_and_unchanged_rebuild(tmp_path):
     other = json.loads((root / "book" / "chapters" / "other.ipynb").read_text())
     assert "other ran with seed 11" in json.dumps(other)  # no `trials` in its parameters: fine
 
-    t0 = time.perf_counter()
+    # An unchanged rebuild executes nothing and skips Jupyter Book (its speed is measured
+    # by `make bench`, not asserted here).
+    html_before = (root / "_build" / "html" / "book" / "chapters" / "ok.html").stat().st_mtime_ns
     second = run_build(root, *params_for(11, 22))
-    elapsed = time.perf_counter() - t0
     assert second.returncode == 0
     assert statuses(second) == {"ok": "cached", "other": "cached", "jupyter-book (html)": "unchanged"}
-    assert elapsed < 3.0
+    assert (root / "_build" / "html" / "book" / "chapters" / "ok.html").stat().st_mtime_ns == html_before
 
     src = root / "notebooks" / "ok.md"
     src.write_text(src.read_text() + "\nOne more sentence.\n")
@@ -459,12 +459,9 @@ def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
     assert (root / "_build" / "html" / "index.html").exists()
     assert (root / "_build" / "html" / "book" / "bibliography.html").exists()
 
-    t0 = time.perf_counter()
-    second = run_build(root)
-    elapsed = time.perf_counter() - t0
+    second = run_build(root)              # executes nothing (speed: `make bench`)
     assert second.returncode == 0
     assert set(statuses(second).values()) == {"cached", "unchanged"}
-    assert elapsed < 3.0, f"unchanged rebuild took {elapsed:.1f} s"
 
     third = run_build(root, "--seed", "7")
     assert third.returncode == 0, third.stdout + third.stderr
