@@ -1724,6 +1724,13 @@ def load_sampler(target: str):
     if ":" in target:
         mod_name, attr = target.split(":", 1)
     else:
+        try:                       # a module named without ':function' is a usage error
+            importlib.import_module(target)
+        except ImportError:
+            pass
+        else:
+            raise ValueError(f"sampler: {target!r} is a module, not a sampler; to name a "
+                             f"function of it, write '{target}:function'")
         mod_name, _, attr = target.rpartition(".")
     if not mod_name or not attr:
         raise ValueError(f"sampler: expected 'package.module:function' (got {target!r})")
@@ -1732,12 +1739,7 @@ def load_sampler(target: str):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            hint = ""
-            if ":" not in target and hasattr(obj, "__path__"):   # a package: a module was meant
-                hint = (f"; to name a function of the module {target!r}, write "
-                        f"'{target}:function'")
-            raise ValueError(f"sampler: module {mod_name!r} has no attribute {attr!r}"
-                             f"{hint}") from None
+            raise ValueError(f"sampler: module {mod_name!r} has no attribute {attr!r}") from None
     if inspect.ismodule(obj):
         raise ValueError(f"sampler: {target!r} is a module, not a sampler; to name a "
                          f"function of it, write '{target}:function'")

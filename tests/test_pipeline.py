@@ -345,6 +345,13 @@ def test_execute_alone_is_read_from_the_front_matter(tmp_path):
         build.executes_alone(src)
     src.write_text("# no front matter\n")
     assert not build.executes_alone(src)
+    for bad in ("specdec: alone", "specdec:\n  exec: alone"):   # a typo must not pass silently
+        src.write_text(f"---\n{bad}\n---\n# x\n")
+        with pytest.raises(build.BuildError, match="specdec must be a mapping with the single key"):
+            build.executes_alone(src)
+    src.write_text("---\nspecdec: [unclosed\n---\n# x\n")
+    with pytest.raises(build.BuildError, match=r"x.md: front matter is not valid YAML"):
+        build.executes_alone(src)
 
 
 @pytest.mark.slow

@@ -360,8 +360,16 @@ def front_matter(source: Path) -> dict:
         return {}
     import yaml
 
-    meta = yaml.safe_load(text[4:end]) or {}
-    return meta if isinstance(meta, dict) else {}
+    try:
+        meta = yaml.safe_load(text[4:end]) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise BuildError(f"{source.name}: front matter is not valid YAML{where}: "
+                         f"{getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(meta, dict):
+        raise BuildError(f"{source.name}: front matter must be a YAML mapping")
+    return meta
 
 
 def executes_alone(source: Path) -> bool:
@@ -371,7 +379,10 @@ def executes_alone(source: Path) -> bool:
     parallel execution of other notebooks does not load the machine under their clocks.
     """
     spec = front_matter(source).get("specdec") or {}
-    mode = spec.get("execute", "parallel") if isinstance(spec, dict) else "parallel"
+    if not isinstance(spec, dict) or set(spec) - {"execute"}:
+        raise BuildError(f"{source.name}: front matter specdec must be a mapping with the "
+                         f"single key 'execute' (got {spec!r})")
+    mode = spec.get("execute", "parallel")
     if mode not in ("parallel", "alone"):
         raise BuildError(f"{source.name}: front matter specdec.execute must be 'parallel' or "
                          f"'alone' (got {mode!r})")
