@@ -350,26 +350,16 @@ def check_kernel() -> None:
         )
 
 
-def front_matter(source: Path) -> dict:
-    """The YAML front matter of a MyST notebook (empty if it has none)."""
-    text = source.read_text(encoding="utf-8")
-    if not text.startswith("---\n"):
-        return {}
-    end = text.find("\n---", 4)
-    if end < 0:
-        return {}
-    import yaml
+def notebook_metadata(source: Path) -> dict:
+    """The notebook-level metadata of a MyST notebook (its front matter), read by jupytext."""
+    import jupytext
 
     try:
-        meta = yaml.safe_load(text[4:end]) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise BuildError(f"{source.name}: front matter is not valid YAML{where}: "
-                         f"{getattr(exc, 'problem', None) or exc}") from None
-    if not isinstance(meta, dict):
-        raise BuildError(f"{source.name}: front matter must be a YAML mapping")
-    return meta
+        return dict(jupytext.read(source, fmt="md:myst").metadata)
+    except Exception as exc:  # jupytext surfaces YAML and format errors with varied types
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise BuildError(f"{source.name}: front matter cannot be read "
+                         f"({type(exc).__name__}: {first})") from None
 
 
 def executes_alone(source: Path) -> bool:
@@ -378,7 +368,7 @@ def executes_alone(source: Path) -> bool:
     Chapters that time code (wall-clock measurements) declare it, so that the build's own
     parallel execution of other notebooks does not load the machine under their clocks.
     """
-    spec = front_matter(source).get("specdec") or {}
+    spec = notebook_metadata(source).get("specdec") or {}
     if not isinstance(spec, dict) or set(spec) - {"execute"}:
         raise BuildError(f"{source.name}: front matter specdec must be a mapping with the "
                          f"single key 'execute' (got {spec!r})")
