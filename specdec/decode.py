@@ -90,27 +90,11 @@ class SamplingSettings:
                                  top_p=self.top_p)
 
     def laws(self, logits: np.ndarray) -> np.ndarray:
-        """The sampled laws of many logit vectors at once.
+        """The sampled laws (N, V) of logit vectors (N, V), one per row, at once.
 
-        Row ``i`` of the result equals ``self.law(logits[i])`` exactly (the same floating
-        point operations, applied along the last axis). Plain temperature sampling (no
-        top-k, no top-p, temperature > 0) is one vectorised softmax; the other settings
-        are applied row by row with :func:`specdec.laws.sampling_law`.
-
-        Parameters
-        ----------
-        logits : numpy.ndarray, shape (N, V)
-            One logit vector per row; entries finite or ``-inf``.
-
-        Returns
-        -------
-        numpy.ndarray, shape (N, V), float64
-            One probability vector per row.
-
-        Raises
-        ------
-        specdec.laws.LawError
-            A row with NaN or ``+inf``, or with every entry ``-inf``; ``logits`` not 2-D.
+        Row ``i`` equals ``self.law(logits[i])`` exactly; see
+        :func:`specdec.laws.sampling_laws`, which raises :class:`specdec.laws.LawError`
+        naming the offending row.
 
         Examples
         --------
@@ -119,22 +103,8 @@ class SamplingSettings:
         >>> bool(np.array_equal(s.laws(z), np.stack([s.law(z[0]), s.law(z[1])])))
         True
         """
-        z = np.asarray(logits, dtype=np.float64)
-        if z.ndim != 2 or z.shape[1] < 1:
-            raise laws.LawError(f"logits: must have shape (N, V) with V >= 1 (got {z.shape})")
-        if self.top_k is not None or self.top_p is not None or self.temperature == 0:
-            return np.stack([self.law(row) for row in z]) if z.shape[0] else z.copy()
-        bad = np.isnan(z) | (z == np.inf)
-        if bad.any() or not np.isfinite(z).any(axis=1).all():
-            for i, row in enumerate(z):     # let the one-vector check name the problem
-                try:
-                    self.law(row)
-                except laws.LawError as err:
-                    raise laws.LawError(f"logits: row {i}: {err}") from None
-        z = z / self.temperature
-        out = np.exp(z - z.max(axis=1, keepdims=True))
-        out /= out.sum(axis=1, keepdims=True)
-        return out
+        return laws.sampling_laws(logits, temperature=self.temperature, top_k=self.top_k,
+                                  top_p=self.top_p)
 
     def as_dict(self) -> dict:
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}

@@ -32,6 +32,7 @@ __all__ = [
     "tv_distance",
     "softmax",
     "sampling_law",
+    "sampling_laws",
 ]
 
 #: Default absolute tolerance on ``sum(p) == 1``.
@@ -401,3 +402,69 @@ def sampling_law(logits, *, temperature: float = 1.0, top_k: int | None = None,
         law[order[~keep]] = 0.0
         law /= law.sum()
     return law
+
+
+def sampling_laws(logits, *, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None) -> np.ndarray:
+    """:func:`sampling_law` applied to every row of a 2-D array of logits.
+
+    Row ``i`` of the result equals ``sampling_law(logits[i], ...)`` exactly: plain
+    temperature sampling (no top-k, no top-p, temperature > 0) is computed as one
+    vectorised softmax with the same floating-point operations along the last axis; the
+    other settings go row by row through :func:`sampling_law`. Decoders use it to turn the
+    logits of a whole forward pass (several positions or sequences) into laws at once.
+
+    Parameters
+    ----------
+    logits : array_like, shape (N, V)
+        One logit vector per row; entries finite or ``-inf``.
+    temperature, top_k, top_p
+        As in :func:`sampling_law`, the same for every row.
+
+    Returns
+    -------
+    numpy.ndarray, shape (N, V), float64
+        One probability vector per row.
+
+    Raises
+    ------
+    LawError
+        ``logits`` not of shape (N, V); a row that :func:`sampling_law` refuses (NaN or
+        ``+inf``, every entry ``-inf``), named by its index; invalid settings.
+
+    Examples
+    --------
+    >>> z = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, -np.inf]])
+    >>> out = sampling_laws(z, temperature=0.5)
+    >>> bool(np.array_equal(out[1], sampling_law(z[1], temperature=0.5)))
+    True
+    >>> sampling_laws([[0.0, np.nan]])
+    Traceback (most recent call last):
+    ...
+    specdec.laws.LawError: logits: row 0: entries must be finite or -inf (found nan at index 1)
+    """
+    try:
+        z = np.asarray(logits, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise LawError("logits: must be an (N, V) array of real numbers") from None
+    if z.ndim != 2 or z.shape[1] < 1:
+        raise LawError(f"logits: must have shape (N, V) with V >= 1 (got {z.shape})")
+    t = _check_temperature(temperature, allow_zero=True)
+    plain = top_k is None and top_p is None and t > 0
+    if not plain or np.isnan(z).any() or (z == np.inf).any() or \
+            not np.isfinite(z).any(axis=1).all():
+        out = np.empty_like(z)
+        for i, row in enumerate(z):
+            try:
+                out[i] = sampling_law(row, temperature=t, top_k=top_k, top_p=top_p)
+            except LawError as err:
+                msg = str(err)
+                if msg.startswith("logits: "):
+                    msg = msg[len("logits: "):]
+                    raise LawError(f"logits: row {i}: {msg}") from None
+                raise
+        return out
+    z = z / t
+    out = np.exp(z - z.max(axis=1, keepdims=True))
+    out /= out.sum(axis=1, keepdims=True)
+    return out
