@@ -46,3 +46,13 @@ def whole_book(tmp_path_factory) -> WholeBook:
     first = subprocess.run([sys.executable, str(BUILD), "--root", str(root)],
                            capture_output=True, text=True, cwd=root)
     return WholeBook(root=root, first=first)
+
+
+@pytest.fixture(scope="module")
+def one_blas_thread():
+    """One BLAS thread for a test module: small products stall with 2 threads on a busy
+    2-core machine. Use with ``pytestmark = pytest.mark.usefixtures("one_blas_thread")``."""
+    from specdec.measure import limit_blas_threads
+
+    with limit_blas_threads(1):
+        yield

@@ -11,16 +11,11 @@ from hypothesis import given, settings, strategies as st
 from specdec import decode as dec
 from specdec import measure as ms
 from specdec import nn
-from specdec.measure import limit_blas_threads
 
 finite = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """Small products stall with 2 BLAS threads on a busy 2-core machine."""
-    with limit_blas_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from specdec import nn
-from specdec.measure import limit_blas_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
@@ -22,11 +21,7 @@ needs_models = pytest.mark.skipif(not HAVE_MODELS, reason="models/ not built (ma
 CFG = nn.TransformerConfig(n_layers=2, d_model=16, n_heads=4, context=40)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """Small products stall with 2 BLAS threads on a busy 2-core machine."""
-    with limit_blas_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -18,19 +18,12 @@ import pytest
 from specdec import decode as dec
 from specdec import nn, stats
 from specdec.laws import tv_distance
-from specdec.measure import limit_blas_threads
 
 HAVE_MODELS = (nn.MODELS_DIR / "manifest.json").exists()
-pytestmark = pytest.mark.skipif(not HAVE_MODELS, reason="models/ not built (make models)")
+pytestmark = [pytest.mark.skipif(not HAVE_MODELS, reason="models/ not built (make models)"),
+              pytest.mark.usefixtures("one_blas_thread")]  # tests/conftest.py
 
 FALSE_ALARM = 1e-9
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """Small products stall with 2 BLAS threads on a busy 2-core machine."""
-    with limit_blas_threads(1):
-        yield
 
 
 @pytest.fixture(scope="module")
