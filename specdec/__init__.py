@@ -6,7 +6,6 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.token`: one speculative step, its exact output law and flawed variants.
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
 - :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
-- :mod:`specdec.claims`: the article's numeric claims, in one table.
 - :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles.
 - :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps, best draft length.
 - :mod:`specdec.workloads`: acceptance that depends on context or draft position.
@@ -14,8 +13,9 @@ The library behind *specdec-book*. One module per idea:
   buggy samplers it must catch (``python -m specdec.conformance pkg.module:function``).
 - :mod:`specdec.nn`, :mod:`specdec.decode`, :mod:`specdec.measure`: numpy inference of the
   small trained models, speculative decoding with them, and the timing harness.
-- :mod:`specdec.plotting`, :mod:`specdec.prose`, :mod:`specdec.provenance`: the book's
-  figures, numbers in prose, and run records.
+- :mod:`specdec.book`: what exists for the book only: the article's claims table
+  (:mod:`~specdec.book.claims`), numbers in prose (:mod:`~specdec.book.prose`), run records
+  (:mod:`~specdec.book.provenance`) and figure defaults (:mod:`~specdec.book.plotting`).
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specdec.prose import glue_value, plain, sci
+from specdec.book.prose import glue_value, plain, sci
 
 
 def test_plain_converts_numpy_scalars():

@@ -1,4 +1,4 @@
-"""specdec.provenance: the run records at the top and the bottom of every chapter."""
+"""specdec.book.provenance: the run records at the top and the bottom of every chapter."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from specdec import __version__, provenance
+from specdec import __version__
+from specdec.book import provenance
 
 
 def test_run_parameters_markdown_is_a_note_with_seed_and_trials():

@@ -475,7 +475,7 @@ def test_every_chapter_ends_with_the_provenance_box():
     assert missing == [], (
         "these chapters must end with the provenance cell "
         "(```{code-cell} ipython3 / :tags: [remove-input] / "
-        "from specdec.provenance import show_provenance / "
+        "from specdec.book.provenance import show_provenance / "
         f"show_provenance(seed=seed, trials=trials)): {missing}")
 
 

@@ -26,8 +26,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import simulate, stats, token
-from .laws import tv_distance
+from .. import simulate, stats, token
+from ..laws import tv_distance
 
 __all__ = ["Claim", "CLAIMS", "RELATIONS", "claim", "check", "ledger", "article_run_frequencies"]
 
@@ -240,14 +240,14 @@ _SECTION_1_4: tuple[Claim, ...] = (
 
 
 def _cost():
-    from . import cost
+    from .. import cost
     return cost
 
 
 def _cycle_extremes() -> tuple[float, float]:
     """(fewest tokens, most tokens - gamma) emitted by one exact cycle, over gamma 1..4."""
-    from .block import cycle_length_law
-    from .models import toy_pair
+    from ..block import cycle_length_law
+    from ..models import toy_pair
     lo, hi = np.inf, -np.inf
     for target, draft in (toy_pair(), toy_pair(3, seed=3, eos=None)):
         for gamma in (1, 2, 3, 4):

@@ -1,0 +1,11 @@
+"""What exists for the book rather than for a reader's own code.
+
+The library (:mod:`specdec`) is what an inference engineer takes home; this subpackage is
+how the book's chapters present it. Nothing in :mod:`specdec` outside this subpackage
+imports it.
+
+- :mod:`specdec.book.claims`: the article's numeric claims, in one table, each recomputed.
+- :mod:`specdec.book.prose`: numbers in prose (glued plain values, readable formats).
+- :mod:`specdec.book.provenance`: the run records at the top and bottom of every chapter.
+- :mod:`specdec.book.plotting`: the book's palette and figure defaults.
+"""
