@@ -21,6 +21,12 @@ separate model with its own assumptions:
 
        S = E / (g(gamma) + c * gamma + overhead)
 
+Wherever a function takes ``alpha`` it also takes a workload of :mod:`specdec.workloads`
+(acceptance that depends on context or position; a constant alpha is the workload
+:class:`specdec.workloads.ConstantWorkload`), with ``E`` its long-run tokens per cycle:
+one ``expected_tokens``, ``speedup``, ``best_gamma``, ``lengthening_pays`` for both.
+Used in Chapters 6, 7 and 8.
+
 All functions broadcast over numpy arrays (``alpha``, ``gamma``, ``c``), return a Python
 ``float`` for scalar input and raise :class:`specdec.laws.LawError` (a ``ValueError``) on
 invalid input: ``alpha`` outside [0, 1], ``c < 0``, ``gamma < 1`` or non-integer, a
@@ -43,7 +49,8 @@ from typing import Callable
 
 import numpy as np
 
-from .laws import LawError
+from .laws import LawError, check_int
+from .workloads import Workload
 
 __all__ = [
     "expected_tokens",
@@ -123,18 +130,30 @@ def _powers(a: np.ndarray, k: np.ndarray) -> np.ndarray:
     return np.power(a, k)
 
 
-def expected_tokens(alpha, gamma):
-    """Expected tokens emitted per cycle under independent acceptances (Leviathan eq. 1).
+def _workload_tokens(workload: Workload, gam: np.ndarray) -> np.ndarray:
+    """Long-run ``E(gamma) = 1 + sum_{i <= gamma} J_i`` of a workload at each ``gamma``."""
+    if workload.carried:                   # the law of a cycle depends on gamma
+        vals = {k: 1.0 + float(workload.joint(k).sum()) for k in np.unique(gam).tolist()}
+    else:                                  # one tail sequence serves every gamma
+        tail = np.concatenate(([1.0], 1.0 + np.cumsum(workload.joint(int(gam.max())))))
+        vals = {k: float(tail[k]) for k in np.unique(gam).tolist()}
+    return np.vectorize(vals.__getitem__, otypes=[float])(gam) if gam.ndim else np.asarray(vals[int(gam)])
 
-    ``E = sum_{i=0}^{gamma} alpha^i = (1 - alpha^(gamma+1)) / (1 - alpha)``, with the limits
-    ``E = gamma + 1`` at ``alpha = 1`` and ``E = 1`` at ``alpha = 0``. Computed as
-    ``-expm1((gamma + 1) log1p(alpha - 1)) / (1 - alpha)`` so that it stays accurate as
-    ``alpha -> 1``.
+
+def expected_tokens(acceptance, gamma):
+    """Expected tokens emitted per cycle (Leviathan eq. 1 for a constant alpha).
+
+    For a constant ``alpha``: ``E = sum_{i=0}^{gamma} alpha^i = (1 - alpha^(gamma+1)) /
+    (1 - alpha)``, with the limits ``E = gamma + 1`` at ``alpha = 1`` and ``E = 1`` at
+    ``alpha = 0``, computed as ``-expm1((gamma + 1) log1p(alpha - 1)) / (1 - alpha)`` so
+    that it stays accurate as ``alpha -> 1``. For a workload
+    (:mod:`specdec.workloads`): ``1 + sum_i J_i`` over its long-run cycles (a Markov
+    renewal-reward average when the regime is carried across cycles).
 
     Parameters
     ----------
-    alpha : float or array_like
-        Acceptance probability of each proposal, in [0, 1].
+    acceptance : float, array_like or Workload
+        Acceptance probability ``alpha`` of each proposal, in [0, 1], or a workload.
     gamma : int or array_like of int
         Draft length, >= 1. Broadcasts against ``alpha``.
 
@@ -158,9 +177,14 @@ def expected_tokens(alpha, gamma):
     3.058819
     >>> expected_tokens(1.0, 4), expected_tokens(0.0, 4)
     (5.0, 1.0)
+    >>> from specdec.workloads import bursty_workload
+    >>> round(expected_tokens(bursty_workload(), 6), 3), round(expected_tokens(bursty_workload(carry=False), 6), 3)
+    (2.825, 3.754)
     """
-    a = _alpha(alpha)
     g = _gamma(gamma)
+    if isinstance(acceptance, Workload):
+        return _out(_workload_tokens(acceptance, g))
+    a = _alpha(acceptance)
     with np.errstate(divide="ignore", invalid="ignore"):
         e = -np.expm1((g + 1) * np.log1p(a - 1.0)) / (1.0 - a)
     return _out(np.where(a == 1.0, g + 1.0, e))
@@ -277,17 +301,19 @@ def cycle_cost(gamma, c, *, g: GammaCost = None, overhead=0.0):
     return _out(np.asarray(verification_cost(gam, g)) + _c(c) * gam + _overhead(overhead))
 
 
-def speedup(alpha, gamma, c, *, g: GammaCost = None, overhead=0.0):
+def speedup(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0):
     """Expected speedup over plain decoding: ``S = E / (g(gamma) + c gamma + overhead)``.
 
-    Assumes independent acceptances with constant ``alpha`` and no early stop. A speedup
-    below 1 means the method is slower than plain decoding even though its output law is
-    exact.
+    A speedup below 1 means the method is slower than plain decoding even though its
+    output law is exact. With a workload, ``E`` is its long-run tokens per cycle and the
+    ratio is the long-run throughput ratio (every cycle costs the same, so the
+    renewal-reward average of tokens per cycle over the cycle cost is exact).
 
     Parameters
     ----------
-    alpha : float or array_like
-        Acceptance probability per proposal, in [0, 1].
+    acceptance : float, array_like or Workload
+        Acceptance probability per proposal ``alpha`` in [0, 1] (independent, constant),
+        or a :class:`specdec.workloads.Workload`.
     gamma : int or array_like of int
         Draft length, >= 1.
     c : float or array_like
@@ -318,9 +344,12 @@ def speedup(alpha, gamma, c, *, g: GammaCost = None, overhead=0.0):
     (2.353, 1.583)
     >>> round(speedup(0.7, 6, 0.05, g=3), 3)
     0.927
+    >>> from specdec.workloads import ConstantWorkload
+    >>> speedup(ConstantWorkload(0.7), 6, 0.05) == speedup(0.7, 6, 0.05)
+    True
     """
     gam = _gamma(gamma)
-    return _out(np.asarray(expected_tokens(alpha, gam)) / np.asarray(cycle_cost(gam, c, g=g, overhead=overhead)))
+    return _out(np.asarray(expected_tokens(acceptance, gam)) / np.asarray(cycle_cost(gam, c, g=g, overhead=overhead)))
 
 
 def speedup_joint(joint, c, *, g: GammaCost = None, overhead=0.0):
@@ -422,56 +451,165 @@ def sweep(alphas=ARTICLE_ALPHAS, gammas=ARTICLE_GAMMAS, cs=ARTICLE_CS, *, g: Gam
 
 @dataclass(frozen=True)
 class BestGamma:
-    """The best draft length on a grid.
+    """The best draft length, and where it lies among the candidates.
 
     Attributes
     ----------
     gamma : int
-        Maximiser of the speedup on the grid (smallest on ties).
+        Maximiser of the speedup (smallest on ties).
     speedup : float
         Its speedup.
     expected_tokens : float
         Its tokens per cycle E.
+    edge : {None, "first", "last"}
+        ``None``: an interior maximum, with a candidate on each side. ``"last"``: the
+        longest candidate (the grid's end, or the search bound); a longer draft may do
+        better. ``"first"``: the shortest candidate; when it is ``gamma = 1`` no shorter
+        draft exists (the remaining alternative is not to speculate: compare ``speedup``
+        with 1).
     """
 
     gamma: int
     speedup: float
     expected_tokens: float
+    edge: str | None = None
+
+    @property
+    def interior(self) -> bool:
+        """Whether the maximum has a candidate on each side."""
+        return self.edge is None
+
+    def to_dict(self) -> dict:
+        return {"gamma": self.gamma, "speedup": self.speedup, "expected_tokens": self.expected_tokens,
+                "edge": self.edge}
 
 
-def best_gamma(alpha: float, c: float, gammas=ARTICLE_GAMMAS, *, g: GammaCost = None, overhead=0.0) -> BestGamma:
-    """Draft length with the largest speedup on a grid (a maximum of the model, not a
-    certified server setting).
+#: Upper bound of the grid-free search of :func:`best_gamma`.
+SEARCH_GAMMA_MAX = 2 ** 20
+
+
+def _slack(acceptance, gamma: int, c, g, overhead) -> float:
+    """``(E(gamma+1) - E(gamma)) D(gamma) - E(gamma) (D(gamma+1) - D(gamma))``: > 0 iff lengthening pays."""
+    m = marginal_gain(acceptance, gamma, c, g=g, overhead=overhead)
+    return float(m.gain - m.price)
+
+
+def _check_convex_cost(gamma: int, c, g, overhead) -> None:
+    d = np.asarray(cycle_cost(np.array([gamma, gamma + 1, gamma + 2]), c, g=g, overhead=overhead))
+    step = np.diff(d)
+    tol = 1e-12 * max(1.0, float(d.max()))
+    if step[0] < -tol or step[1] < step[0] - tol:
+        raise LawError(f"g: the grid-free search needs a verification cost that is non-decreasing and "
+                       f"convex in gamma; it is not at gamma = {gamma} (pass a grid of gammas)")
+
+
+def _search(acceptance, c, g, overhead, gamma_max: int) -> BestGamma:
+    if isinstance(acceptance, Workload) and not acceptance.concave:
+        raise LawError(f"gammas: the speedup of {acceptance.name!r} (regime carried across cycles) is not "
+                       "known to be unimodal in gamma; pass a grid of gammas")
+
+    def pays(k: int) -> bool:
+        _check_convex_cost(k, c, g, overhead)
+        return _slack(acceptance, k, c, g, overhead) > 0
+
+    lo, hi = 0, 1                          # invariant: lo = 0 or pays(lo); hi to be tested
+    while pays(hi):
+        if hi == gamma_max:                # still rising at the bound
+            break
+        lo, hi = hi, min(2 * hi, gamma_max)
+    else:
+        while hi - lo > 1:                 # smallest k in (lo, hi] with not pays(k)
+            mid = (lo + hi) // 2
+            if pays(mid):
+                lo = mid
+            else:
+                hi = mid
+    best = hi
+    e = float(expected_tokens(acceptance, best))
+    s = float(speedup(acceptance, best, c, g=g, overhead=overhead))
+    return BestGamma(gamma=int(best), speedup=s, expected_tokens=e,
+                     edge="last" if best == gamma_max else ("first" if best == 1 else None))
+
+
+def best_gamma(acceptance, c: float, gammas=ARTICLE_GAMMAS, *, g: GammaCost = None, overhead=0.0,
+               gamma_max: int = SEARCH_GAMMA_MAX) -> BestGamma:
+    """Draft length with the largest speedup, on a grid or by a grid-free search (a maximum
+    of the model, not a certified server setting).
+
+    **On a grid** (``gammas`` given): the maximiser over the grid, the smallest on ties,
+    with ``edge`` saying whether it lies at the grid's end (``best_gamma(0.99, 0.01)`` is
+    16 on 1..16, at the edge: the search finds 113).
+
+    **Grid-free** (``gammas=None``): the smallest ``gamma`` at which lengthening stops
+    paying, found by doubling then bisection on the sign of the slack
+    ``f(gamma) = e_gamma D(gamma) - E(gamma) d_gamma``, where ``e_gamma = E(gamma+1) -
+    E(gamma)`` and ``d_gamma = D(gamma+1) - D(gamma)`` for the cycle cost
+    ``D = g + c gamma + overhead``. It is the global maximiser when the speedup is
+    unimodal, which holds when (i) the increments ``e_gamma >= 0`` are non-increasing
+    (``E`` concave: constant ``alpha``, a positional workload, a fresh-start Markov
+    workload, where ``e_gamma = J_{gamma+1}`` is a tail probability) and (ii) ``D > 0`` is
+    non-decreasing and convex (``g`` constant or affine, as in Chapters 7 and 8). Proof:
+    ``f(gamma+1) - f(gamma) = e_{gamma+1} D(gamma+1) - e_gamma (D(gamma) + d_{gamma+1})
+    - E(gamma) (d_{gamma+1} - d_gamma)``; with ``D(gamma) + d_{gamma+1} >= D(gamma+1)``
+    and ``e_{gamma+1} <= e_gamma`` the first two terms are at most
+    ``(e_{gamma+1} - e_gamma) D(gamma+1) <= 0``, and the third is ``<= 0``. So ``f`` is
+    non-increasing, ``S(gamma+1) > S(gamma)`` exactly while ``f > 0``, and the first
+    ``gamma`` with ``f <= 0`` is the maximum (a ratio of a concave function to a convex
+    one is quasi-concave; Leviathan et al. 2023, Sec. 3.3, for constant ``alpha``). The
+    search checks (ii) at the draft lengths it evaluates and refuses workloads for which
+    (i) is not known. If lengthening still pays at ``gamma_max`` (e.g. ``alpha = 1`` and
+    ``c < 1``: the speedup rises towards ``1/c`` forever) the result is ``gamma_max``
+    with ``edge = "last"``.
 
     Parameters
     ----------
-    alpha : float
-        Acceptance probability in [0, 1].
+    acceptance : float or Workload
+        Acceptance probability ``alpha`` in [0, 1], or a workload.
     c : float
         Draft cost (>= 0, target steps).
-    gammas : array_like of int
-        Candidate draft lengths (default 1..16).
+    gammas : array_like of int, or None
+        Candidate draft lengths (default the article's 1..16); ``None`` for the grid-free
+        search.
     g, overhead
         See :func:`speedup`.
+    gamma_max : int, keyword-only
+        Bound of the grid-free search.
 
     Returns
     -------
     BestGamma
 
+    Raises
+    ------
+    LawError
+        Invalid inputs; a grid-free search on a workload whose speedup is not known to be
+        unimodal, or with a verification cost that is not non-decreasing and convex.
+
     Examples
     --------
     >>> b = best_gamma(0.7, 0.05)
-    >>> b.gamma, round(b.speedup, 3), round(b.expected_tokens, 6)
-    (6, 2.353, 3.058819)
+    >>> b.gamma, round(b.speedup, 3), round(b.expected_tokens, 6), b.edge
+    (6, 2.353, 3.058819, None)
     >>> best_gamma(0.7, 0.20).gamma
     3
+    >>> best_gamma(0.99, 0.01).edge, best_gamma(0.99, 0.01, None).gamma
+    ('last', 113)
     """
-    if np.ndim(alpha) or np.ndim(c):
+    if np.ndim(acceptance) or np.ndim(c):
         raise LawError("alpha, c: best_gamma takes scalars (use sweep for grids)")
-    s = sweep([alpha], gammas, [c], g=g, overhead=overhead)
-    k = int(np.argmax(s.speedup[0, 0]))
-    return BestGamma(gamma=int(s.gammas[k]), speedup=float(s.speedup[0, 0, k]),
-                     expected_tokens=float(s.expected_tokens[0, k]))
+    if not isinstance(acceptance, Workload):
+        acceptance = float(_alpha(acceptance))
+    _c(c)
+    if gammas is None:
+        return _search(acceptance, c, g, overhead, check_int(gamma_max, "gamma_max", minimum=2))
+    gm = _grid(gammas, "gammas", _gamma)
+    s = np.atleast_1d(np.asarray(speedup(acceptance, gm, c, g=g, overhead=overhead)))
+    k = int(np.argmax(s))
+    edge = "last" if gm[k] == gm.max() and gm.size > 1 else ("first" if gm[k] == gm.min() else None)
+    if gm.size == 1:
+        edge = "last"
+    e = float(np.atleast_1d(np.asarray(expected_tokens(acceptance, gm)))[k])
+    return BestGamma(gamma=int(gm[k]), speedup=float(s[k]), expected_tokens=e, edge=edge)
 
 
 @dataclass(frozen=True)
@@ -481,8 +619,8 @@ class Marginal:
     Attributes
     ----------
     gain : float or numpy.ndarray
-        ``alpha^(gamma+1) * D(gamma)``: the expected extra token, weighted by the current
-        cycle cost.
+        ``(E(gamma+1) - E(gamma)) * D(gamma)`` (``alpha^(gamma+1) * D(gamma)`` for constant
+        alpha): the expected extra tokens, weighted by the current cycle cost.
     price : float or numpy.ndarray
         ``E(gamma) * (D(gamma+1) - D(gamma))``: the extra cost, weighted by the current
         tokens per cycle.
@@ -495,18 +633,21 @@ class Marginal:
     pays: bool | np.ndarray
 
 
-def marginal_gain(alpha, gamma, c, *, g: GammaCost = None, overhead=0.0) -> Marginal:
+def marginal_gain(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0) -> Marginal:
     """The marginal rule: does going from ``gamma`` to ``gamma + 1`` raise the speedup?
 
-    Write ``D(gamma) = g(gamma) + c gamma + overhead > 0`` for the cycle cost and note
-    ``E(gamma + 1) = E(gamma) + alpha^(gamma+1)`` (the new proposal adds a token exactly when
-    all ``gamma + 1`` are accepted). Cross-multiplying the two positive denominators::
+    Write ``D(gamma) = g(gamma) + c gamma + overhead > 0`` for the cycle cost. Cross-
+    multiplying the two positive denominators::
 
         S(gamma+1) > S(gamma)
         <=> E(gamma+1) D(gamma) > E(gamma) D(gamma+1)
-        <=> alpha^(gamma+1) D(gamma) > E(gamma) [D(gamma+1) - D(gamma)]
+        <=> [E(gamma+1) - E(gamma)] D(gamma) > E(gamma) [D(gamma+1) - D(gamma)]
 
-    With ``g = 1`` and no overhead, ``D(gamma) = 1 + c gamma`` and the price step is ``c``::
+    With constant ``alpha``, ``E(gamma + 1) = E(gamma) + alpha^(gamma+1)`` (the new
+    proposal adds a token exactly when all ``gamma + 1`` are accepted); with a workload
+    whose cycles do not depend on gamma the increment is ``J_{gamma+1}``; with a carried
+    regime it is whatever the long-run ``E`` gives. With ``g = 1`` and no overhead,
+    ``D(gamma) = 1 + c gamma`` and the price step is ``c``::
 
         alpha^(gamma+1) (1 + c gamma)  >  c (1 - alpha^(gamma+1)) / (1 - alpha)
 
@@ -517,8 +658,8 @@ def marginal_gain(alpha, gamma, c, *, g: GammaCost = None, overhead=0.0) -> Marg
 
     Parameters
     ----------
-    alpha, gamma, c, g, overhead
-        As in :func:`speedup` (broadcast).
+    acceptance, gamma, c, g, overhead
+        As in :func:`speedup` (broadcast; a workload takes an integer or 1-D ``gamma``).
 
     Returns
     -------
@@ -534,17 +675,21 @@ def marginal_gain(alpha, gamma, c, *, g: GammaCost = None, overhead=0.0) -> Marg
     >>> bool(m.pays), bool(marginal_gain(0.7, 6, 0.05).pays)
     (True, False)
     """
-    a = _alpha(alpha)
     gam = _gamma(gamma)
     d0 = np.asarray(cycle_cost(gam, c, g=g, overhead=overhead))
     d1 = np.asarray(cycle_cost(gam + 1, c, g=g, overhead=overhead))
-    gain = _powers(a, gam + 1) * d0
-    price = np.asarray(expected_tokens(a, gam)) * (d1 - d0)
+    e0 = np.asarray(expected_tokens(acceptance, gam))
+    if isinstance(acceptance, Workload):
+        step = np.asarray(expected_tokens(acceptance, gam + 1)) - e0
+    else:
+        step = _powers(_alpha(acceptance), gam + 1)
+    gain = step * d0
+    price = e0 * (d1 - d0)
     pays = gain > price
     return Marginal(gain=_out(gain), price=_out(price), pays=bool(pays) if np.ndim(pays) == 0 else pays)
 
 
-def lengthening_pays(alpha, gamma, c, *, g: GammaCost = None, overhead=0.0):
+def lengthening_pays(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0):
     """Whether ``S(gamma + 1) > S(gamma)`` (see :func:`marginal_gain` for the derivation).
 
     Returns
@@ -558,4 +703,5 @@ def lengthening_pays(alpha, gamma, c, *, g: GammaCost = None, overhead=0.0):
     >>> lengthening_pays(0.0, 1, 0.05)
     False
     """
-    return marginal_gain(alpha, gamma, c, g=g, overhead=overhead).pays
+    return marginal_gain(acceptance, gamma, c, g=g, overhead=overhead).pays
+

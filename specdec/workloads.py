@@ -1,9 +1,9 @@
-"""Workloads whose acceptance depends on context or position: exact E, S and best gamma.
+"""Workloads whose acceptance depends on context or position: exact laws of the accepted length.
 
-The constant-``alpha`` model of :mod:`specdec.cost` assumes every proposal is accepted
-independently with the same probability. Real text is not like that: a proper name, a
-formula or a change of language makes the draft disagree with the target for a stretch,
-and easy stretches come in runs. In general the tokens emitted per cycle are::
+The constant-``alpha`` model assumes every proposal is accepted independently with the
+same probability. Real text is not like that: a proper name, a formula or a change of
+language makes the draft disagree with the target for a stretch, and easy stretches come
+in runs. In general the tokens emitted per cycle are::
 
     E(gamma) = 1 + sum_{i=1}^{gamma} J_i,    J_i = P(first i proposals accepted)
 
@@ -11,42 +11,53 @@ and ``J_i`` is not ``(mean acceptance) ** i``. Two workloads with the same mean 
 can have different accepted-length distributions, different ``E`` and a different best
 draft length. Recording only a mean acceptance rate hides that.
 
-A **workload** here is a model of the accept/reject outcomes of the proposals of one
-cycle, in draft order. Three families:
+A **workload** here is a model of the accept/reject outcomes of the proposals of the
+cycles of a request, in draft order. Three families:
 
-- :class:`ConstantWorkload`: i.i.d. acceptances with probability ``alpha``;
-- :class:`PositionalWorkload`: proposal ``i`` accepted with probability ``alphas[i-1]``,
-  independently (e.g. acceptance that decays along the draft);
-- :class:`MarkovWorkload`: a hidden regime (e.g. *easy* / *hard*) evolves from one draft
-  position to the next as a Markov chain; the proposal at a position is accepted with the
-  acceptance probability of the regime there. With the identity transition matrix the
-  regime is fixed for the whole cycle: a *mixture* of easy and hard cycles.
+- :class:`ConstantWorkload`: i.i.d. acceptances with probability ``alpha`` (the simple
+  model; ``specdec.cost`` accepts a bare ``alpha`` for it);
+- :class:`PositionalWorkload`: proposal ``i`` of every cycle accepted with probability
+  ``alphas[i-1]``, independently (e.g. acceptance that decays along the draft);
+- :class:`MarkovWorkload`: a hidden regime (e.g. *easy* / *hard*) of the text advances
+  once per **token position** as a Markov chain; the proposal at a position is accepted
+  with the acceptance probability of the regime there. By default the regime is
+  **carried across cycles** (``carry=True``): the next cycle starts at the position after
+  the last token the cycle emitted, so a cycle that ended at a rejection in a hard
+  stretch usually hands a hard stretch to the next one. The regime at the start of a
+  cycle is then itself a Markov chain (its kernel is :meth:`MarkovWorkload.cycle_kernel`)
+  and the long-run tokens per cycle are a Markov renewal-reward average, computed
+  exactly. With ``carry=False`` every cycle starts in a regime drawn afresh from
+  ``initial``, independently of earlier cycles: the **fresh-start** special case, which
+  is what a regime fixed per cycle (a *mixture* of easy and hard cycles,
+  :func:`mixture_workload`) means.
 
-Each cycle starts afresh: the regime at its first proposal is drawn from ``initial`` (the
-stationary law by default), independently of earlier cycles. Everything is exact (matrix
-products) and the simulations are vectorised numpy with an explicit generator.
+The quantities built on a workload (``E``, speedup, best draft length, the marginal rule)
+are the functions of :mod:`specdec.cost`, which take a workload wherever they take an
+``alpha``. This module gives the exact laws (matrix products) and vectorised simulations
+with an explicit generator. Used in Chapters 7 and 8.
 
 References
 ----------
 .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
    Speculative Decoding", ICML 2023, Sec. 3.1 (E from i.i.d. acceptances, eq. 1) and
    Sec. 3.3 (walltime, choice of gamma).
-.. [2] Z. Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR 2025,
-   arXiv:2403.10444 (the accepted length depends on the joint behaviour of a block, not
-   only on per-token acceptance).
+.. [2] E. Cinlar, *Introduction to Stochastic Processes*, Prentice-Hall 1975, Ch. 10
+   (Markov renewal processes; the renewal-reward theorem for the long-run average).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
-from . import cost as _cost
 from .block import accepted_prefix_length
 from .laws import LawError, check_int, check_law
 
 __all__ = [
+    "Workload",
     "ConstantWorkload",
     "PositionalWorkload",
     "MarkovWorkload",
@@ -58,14 +69,11 @@ __all__ = [
     "constant_equivalent",
     "joint_acceptance",
     "accepted_length_law",
-    "expected_tokens",
-    "speedup",
-    "lengthening_pays",
-    "Curve",
-    "curve",
-    "best_gamma",
     "simulate_outcomes",
     "simulate_accepted_lengths",
+    "simulate_cycles",
+    "CycleDependence",
+    "cycle_dependence",
 ]
 
 
@@ -95,8 +103,73 @@ def _check_rng(rng) -> np.random.Generator:
     return rng
 
 
+def _stationary(kernel: np.ndarray, what: str) -> np.ndarray:
+    k = kernel.shape[0]
+    a = np.vstack([kernel.T - np.eye(k), np.ones((1, k))])
+    b = np.zeros(k + 1)
+    b[-1] = 1.0
+    if np.linalg.matrix_rank(a) < k:
+        raise LawError(f"{what}: the stationary law is not unique (reducible chain)")
+    pi, *_ = np.linalg.lstsq(a, b, rcond=None)
+    pi = np.clip(pi, 0.0, None)
+    return pi / pi.sum()
+
+
+def _draw_rows(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draws: row ``j`` of ``cdf`` (shape (n, K), last column 1) with ``u[j]``."""
+    return (cdf <= u[:, None]).sum(axis=1)
+
+
+class Workload(ABC):
+    """What :mod:`specdec.cost` needs of a workload.
+
+    Subclasses define :meth:`joint` (``P(first i accepted)`` in a cycle drawn from the
+    long-run law of cycles), :meth:`sample_outcomes` (independent cycles from that law)
+    and :meth:`sample_cycles` (cycles in request order). ``carried`` says whether
+    consecutive cycles of a request depend on each other.
+    """
+
+    name: str
+
+    @property
+    @abstractmethod
+    def mean_acceptance(self) -> float:
+        """Acceptance probability of a proposal at a position of the text, averaged."""
+
+    @abstractmethod
+    def joint(self, gamma: int) -> np.ndarray:
+        """``J_i``, ``i = 1..gamma``, shape (gamma,)."""
+
+    @abstractmethod
+    def sample_outcomes(self, gamma: int, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Accept/reject outcomes of ``n`` independent cycles, shape (n, gamma), bool."""
+
+    @property
+    def carried(self) -> bool:
+        """Whether a cycle's outcomes depend on the previous cycles of the request."""
+        return False
+
+    @property
+    def concave(self) -> bool:
+        """Whether ``E(gamma)`` has non-increasing increments ``J_{gamma+1}`` (true when the
+        law of a cycle does not depend on gamma: ``J`` is then a tail sequence)."""
+        return True
+
+    def sample_cycles(self, gamma: int, n: int, cycles: int, rng: np.random.Generator) -> np.ndarray:
+        """Accepted lengths of ``n`` requests of ``cycles`` cycles each, shape (n, cycles).
+
+        Independent cycles here; :class:`MarkovWorkload` carries its regime along each row.
+        """
+        return accepted_prefix_length(self.sample_outcomes(gamma, n * cycles, rng)).reshape(n, cycles)
+
+    def cycle_correlation(self, gamma: int) -> float:
+        """Exact correlation of consecutive cycles' accepted lengths (0: independent cycles)."""
+        check_int(gamma, "gamma")
+        return 0.0
+
+
 @dataclass(frozen=True)
-class ConstantWorkload:
+class ConstantWorkload(Workload):
     """Independent acceptances with constant probability ``alpha`` (the article's Sec. 6 model).
 
     Attributes
@@ -134,7 +207,7 @@ class ConstantWorkload:
 
 
 @dataclass(frozen=True, eq=False)
-class PositionalWorkload:
+class PositionalWorkload(Workload):
     """Independent acceptances whose probability depends on the position in the draft.
 
     Attributes
@@ -177,53 +250,66 @@ class PositionalWorkload:
         return rng.random((n, gamma)) < self.position_alphas(gamma)[None, :]
 
 
-def _stationary(transition: np.ndarray) -> np.ndarray:
-    k = transition.shape[0]
-    a = np.vstack([transition.T - np.eye(k), np.ones((1, k))])
-    b = np.zeros(k + 1)
-    b[-1] = 1.0
-    if np.linalg.matrix_rank(a) < k:
-        raise LawError("transition: the stationary law is not unique (reducible chain); pass initial explicitly")
-    pi, *_ = np.linalg.lstsq(a, b, rcond=None)
-    pi = np.clip(pi, 0.0, None)
-    return pi / pi.sum()
-
-
 @dataclass(frozen=True, eq=False)
-class MarkovWorkload:
-    """Acceptance driven by a hidden regime that evolves along the draft (Markov-switching).
+class MarkovWorkload(Workload):
+    """Acceptance driven by a hidden regime of the text (Markov-switching), exactly.
 
-    The regime ``s_1`` of the first proposal of a cycle has law ``initial``; then
-    ``P(s_{i+1} = l | s_i = k) = transition[k, l]``; proposal ``i`` is accepted with
-    probability ``alphas[s_i]`` given the regimes, independently otherwise. Exactly::
+    **Conventions.** The regime ``s_t`` advances once per token position:
+    ``P(s_{t+1} = l | s_t = k) = transition[k, l]``. A cycle whose first proposal sits at
+    position ``t + 1`` accepts proposal ``i`` (position ``t + i``) with probability
+    ``alphas[s_{t+i}]``, independently given the regimes, until the first rejection. It
+    emits ``N = A + 1`` tokens at positions ``t + 1 .. t + N``: the ``A`` accepted ones and
+    the residual draw (at the rejected proposal's position) or the bonus token (at position
+    ``t + gamma + 1``). The next cycle's first proposal sits at position ``t + N + 1``.
 
-        J_i = initial^T (D T)^{i-1} D 1,   D = diag(alphas)
+    **Carried regime** (``carry=True``, the default). The regime at the first proposal of
+    successive cycles is a Markov chain with kernel (``D_a = diag(alphas)``,
+    ``D_r = diag(1 - alphas)``, ``M = D_a T``)::
+
+        K = sum_{i=0}^{gamma-1} M^i D_r T  +  M^gamma T
+
+    (reject at proposal ``i + 1`` after ``i`` acceptances, one step to the next start; or
+    accept all, one step to the bonus position and one more). With ``mu`` its stationary
+    law, the long-run fraction of cycles with ``A >= i`` is ``J_i = mu M^i 1`` and, by the
+    renewal-reward theorem, the long-run tokens per cycle are ``E = 1 + sum_i J_i``. The
+    law of a cycle now depends on gamma (through ``mu``).
+
+    **Fresh start** (``carry=False``). Every cycle's first regime is drawn from
+    ``initial``, independently of earlier cycles: ``J_i = initial M^i 1``. With the
+    identity transition this is a mixture of cycles that are entirely easy or entirely
+    hard.
 
     Attributes
     ----------
     alphas : array_like, shape (K,)
         Acceptance probability in each regime.
     transition : array_like, shape (K, K)
-        Row-stochastic matrix of regime changes from one draft position to the next.
+        Row-stochastic matrix of regime changes from one token position to the next.
     initial : array_like, shape (K,), optional
-        Regime law at the first proposal; default: the stationary law of ``transition``
-        (required when it is not unique, e.g. the identity).
+        Regime law at the first position of a request (and of every cycle when
+        ``carry=False``); default: the stationary law of ``transition`` (required when it
+        is not unique, e.g. the identity).
     names : tuple of str
         Regime labels.
     name : str
         Workload label.
+    carry : bool
+        Carry the regime across cycles (default) or start every cycle afresh.
 
     Raises
     ------
     LawError
-        Invalid probabilities, a non-stochastic matrix, mismatched sizes, or no unique
-        stationary law when ``initial`` is omitted.
+        Invalid probabilities, a non-stochastic matrix, mismatched sizes, no unique
+        stationary law when ``initial`` is omitted, or ``carry=True`` with a chain whose
+        cycle-start law is not unique (e.g. the identity transition).
 
     Examples
     --------
     >>> w = MarkovWorkload([0.9, 0.3], [[0.95, 0.05], [0.10, 0.90]])
     >>> round(w.mean_acceptance, 12), w.initial.round(4).tolist()
     (0.7, [0.6667, 0.3333])
+    >>> round(1 + float(w.joint(6).sum()), 4), round(1 + float(w.fresh().joint(6).sum()), 4)
+    (2.8248, 3.7536)
     """
 
     alphas: np.ndarray
@@ -231,6 +317,7 @@ class MarkovWorkload:
     initial: np.ndarray | None = None
     names: tuple[str, ...] = ()
     name: str = "markov"
+    carry: bool = True
 
     def __post_init__(self):
         al = _probs(self.alphas, "alphas")
@@ -242,7 +329,10 @@ class MarkovWorkload:
             check_law(t[i], f"transition[{i}]")
         t.setflags(write=False)
         if self.initial is None:
-            init = _stationary(t)
+            try:
+                init = _stationary(t, "transition")
+            except LawError as exc:
+                raise LawError(f"{exc}; pass initial explicitly") from None
         else:
             init = check_law(self.initial, "initial")
             if init.size != k:
@@ -251,61 +341,162 @@ class MarkovWorkload:
         names = tuple(self.names) or tuple(f"regime {i}" for i in range(k))
         if len(names) != k:
             raise LawError(f"names: {len(names)} names for {k} regimes")
+        if not isinstance(self.carry, (bool, np.bool_)):
+            raise LawError(f"carry: must be True or False (got {self.carry!r})")
         object.__setattr__(self, "alphas", al)
         object.__setattr__(self, "transition", t)
         object.__setattr__(self, "initial", init)
         object.__setattr__(self, "names", names)
+        object.__setattr__(self, "carry", bool(self.carry))
+        if self.carry:
+            self.start_law(1)             # refuse a chain without a unique cycle-start law now
+
+    @property
+    def carried(self) -> bool:
+        return self.carry
+
+    @property
+    def concave(self) -> bool:
+        return not self.carry
+
+    def fresh(self) -> "MarkovWorkload":
+        """The same chain with every cycle started afresh from ``initial`` (``carry=False``)."""
+        return MarkovWorkload(self.alphas, self.transition, self.initial, self.names,
+                              f"{self.name} (fresh start)", carry=False)
 
     @property
     def mean_acceptance(self) -> float:
-        """``initial . alphas``: probability that the first proposal of a cycle is accepted
-        (with the default stationary ``initial``, the acceptance probability of a proposal
-        at any position, averaged over regimes)."""
+        """``initial . alphas``: with the default stationary ``initial``, the acceptance
+        probability of a proposal at a position of the text, averaged over regimes (not over
+        the positions a cycle happens to test)."""
         return float(self.initial @ self.alphas)
 
+    def _m(self) -> np.ndarray:
+        return self.alphas[:, None] * self.transition          # M = D_a T
+
+    def cycle_kernel(self, gamma: int) -> np.ndarray:
+        """Kernel ``K[k, l] = P(next cycle starts in l | this one starts in k)``, shape (K, K)."""
+        gamma = check_int(gamma, "gamma")
+        m, t = self._m(), self.transition
+        reject_then_step = (1.0 - self.alphas)[:, None] * t     # D_r T
+        power = np.eye(self.alphas.size)
+        kern = np.zeros_like(t)
+        for _ in range(gamma):
+            kern += power @ reject_then_step
+            power = power @ m
+        return kern + power @ t
+
+    def start_law(self, gamma: int) -> np.ndarray:
+        """Law of the regime at a cycle's first proposal in the long run, shape (K,).
+
+        ``initial`` for a fresh start; the stationary law of :meth:`cycle_kernel` when the
+        regime is carried.
+        """
+        gamma = check_int(gamma, "gamma")
+        if not self.carry:
+            return self.initial
+        return _stationary(self.cycle_kernel(gamma), "transition (cycle-start chain)")
+
     def joint(self, gamma: int) -> np.ndarray:
-        """``J_i = P(first i accepted)`` for ``i = 1..gamma``; shape (gamma,)."""
+        """``J_i = P(first i accepted)`` for ``i = 1..gamma`` in a long-run cycle; shape (gamma,)."""
         gamma = check_int(gamma, "gamma")
         out = np.empty(gamma)
-        v = self.initial * self.alphas
+        v = self.start_law(gamma) * self.alphas
         out[0] = v.sum()
         for i in range(1, gamma):
             v = (v @ self.transition) * self.alphas
             out[i] = v.sum()
         return out
 
-    def sample_regimes(self, gamma: int, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Regime paths, shape (n, gamma), int (vectorised inverse-CDF draws)."""
+    def cycle_correlation(self, gamma: int) -> float:
+        """Exact correlation of the accepted lengths of consecutive cycles in the long run.
+
+        0 for a fresh start. Carried: with ``R = sum_i i M^i D_r T + gamma M^gamma T``
+        (accepted length times next start), ``a = R 1`` and ``mu`` the start law,
+        ``cov = mu R a - (mu a)^2``.
+        """
+        gamma = check_int(gamma, "gamma")
+        if not self.carry:
+            return 0.0
+        m, t = self._m(), self.transition
+        k = self.alphas.size
+        reject = (1.0 - self.alphas)[:, None] * t
+        power = np.eye(k)
+        r = np.zeros((k, k))
+        for i in range(gamma):
+            r += i * (power @ reject)
+            power = power @ m
+        r += gamma * (power @ t)
+        kern = self.cycle_kernel(gamma)
+        a = r.sum(axis=1)                                       # E[A | start]
+        a2 = np.zeros(k)
+        power = np.eye(k)
+        for i in range(gamma):
+            a2 += i * i * (power @ reject).sum(axis=1)
+            power = power @ m
+        a2 += gamma * gamma * power.sum(axis=1)
+        mu = _stationary(kern, "transition (cycle-start chain)")
+        mean = mu @ a
+        var = mu @ a2 - mean ** 2
+        return float((mu @ r @ a - mean ** 2) / var) if var > 0 else 0.0
+
+    def sample_regimes(self, gamma: int, n: int, rng: np.random.Generator, start=None) -> np.ndarray:
+        """Regime paths over ``gamma`` positions, shape (n, gamma), int.
+
+        ``start``: regimes at the first position, shape (n,); default drawn from
+        :meth:`start_law`.
+        """
         cdf_t = np.cumsum(self.transition, axis=1)
         cdf_t[:, -1] = 1.0
-        cdf0 = np.cumsum(self.initial)
-        cdf0[-1] = 1.0
         s = np.empty((n, gamma), dtype=np.int64)
-        s[:, 0] = np.searchsorted(cdf0, rng.random(n), side="right")
+        if start is None:
+            cdf0 = np.cumsum(self.start_law(gamma))
+            cdf0[-1] = 1.0
+            s[:, 0] = np.searchsorted(cdf0, rng.random(n), side="right")
+        else:
+            s[:, 0] = start
         for i in range(1, gamma):
-            u = rng.random(n)
-            s[:, i] = (cdf_t[s[:, i - 1]] <= u[:, None]).sum(axis=1)
+            s[:, i] = _draw_rows(cdf_t[s[:, i - 1]], rng.random(n))
         return s
 
     def sample_outcomes(self, gamma: int, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Accept/reject outcomes, shape (n, gamma), bool."""
+        """Accept/reject outcomes of ``n`` independent long-run cycles, shape (n, gamma), bool."""
         s = self.sample_regimes(gamma, n, rng)
         return rng.random((n, gamma)) < self.alphas[s]
 
+    def sample_cycles(self, gamma: int, n: int, cycles: int, rng: np.random.Generator) -> np.ndarray:
+        """Accepted lengths of ``n`` requests of ``cycles`` consecutive cycles, shape (n, cycles).
 
-Workload = ConstantWorkload | PositionalWorkload | MarkovWorkload
-
-
-def _check_workload(w) -> None:
-    if not isinstance(w, (ConstantWorkload, PositionalWorkload, MarkovWorkload)):
-        raise LawError(f"workload: must be a Constant, Positional or Markov workload (got {type(w).__name__})")
+        Each request starts in a regime drawn from ``initial``. Carried: each cycle draws
+        the regimes of positions 1..gamma + 2 after its start, keeps the prefix up to the
+        first rejection, and the next cycle starts at the regime of position ``N + 1``
+        (``N`` tokens emitted), exactly as the conventions above. Fresh start: independent
+        cycles from ``initial``.
+        """
+        if not self.carry:
+            return super().sample_cycles(gamma, n, cycles, rng)
+        cdf0 = np.cumsum(self.initial)
+        cdf0[-1] = 1.0
+        state = np.searchsorted(cdf0, rng.random(n), side="right")
+        rows = np.arange(n)
+        out = np.empty((n, cycles), dtype=np.int64)
+        for k in range(cycles):
+            path = self.sample_regimes(gamma + 2, n, rng, start=state)
+            ok = rng.random((n, gamma)) < self.alphas[path[:, :gamma]]
+            a = accepted_prefix_length(ok)
+            out[:, k] = a
+            state = path[rows, a + 1]                            # position N + 1, N = a + 1
+        return out
 
 
 # ------------------------------------------------------------------------ ready-made
 
 
 def mixture_workload(alphas, weights, *, names=("easy", "hard"), name: str = "mixture") -> MarkovWorkload:
-    """Cycles that are entirely easy or entirely hard: ``J_i = sum_k w_k alphas_k ** i``.
+    """Cycles that are entirely easy or entirely hard, drawn afresh for every cycle.
+
+    ``J_i = sum_k w_k alphas_k ** i`` (a fresh-start :class:`MarkovWorkload` with the
+    identity transition).
 
     Examples
     --------
@@ -314,26 +505,30 @@ def mixture_workload(alphas, weights, *, names=("easy", "hard"), name: str = "mi
     0.57
     """
     al = _probs(alphas, "alphas")
-    return MarkovWorkload(al, np.eye(al.size), initial=weights, names=tuple(names)[: al.size], name=name)
+    return MarkovWorkload(al, np.eye(al.size), initial=weights, names=tuple(names)[: al.size], name=name,
+                          carry=False)
 
 
-def bursty_workload() -> MarkovWorkload:
+def bursty_workload(*, carry: bool = True) -> MarkovWorkload:
     """Easy and hard stretches in runs: mean acceptance 0.7, as the article's alpha.
 
     Regimes easy (alpha 0.9) and hard (alpha 0.3); an easy stretch lasts 20 tokens on
     average (leave probability 0.05), a hard one 10 (0.10); stationary law (2/3, 1/3).
+    ``carry=False`` gives the fresh-start special case.
     """
-    return MarkovWorkload([0.9, 0.3], [[0.95, 0.05], [0.10, 0.90]], names=("easy", "hard"), name="bursty")
+    return MarkovWorkload([0.9, 0.3], [[0.95, 0.05], [0.10, 0.90]], names=("easy", "hard"), name="bursty",
+                          carry=carry)
 
 
-def alternating_workload() -> MarkovWorkload:
+def alternating_workload(*, carry: bool = True) -> MarkovWorkload:
     """Easy and hard tokens that tend to alternate: mean acceptance 0.7, short runs.
 
     Same regimes and stationary law (2/3, 1/3) as :func:`bursty_workload`, but an easy
     token is followed by a hard one with probability 0.45 and a hard one by an easy one
-    with probability 0.9, so long runs of acceptances are rarer than under i.i.d. 0.7.
+    with probability 0.9. ``carry=False`` gives the fresh-start special case.
     """
-    return MarkovWorkload([0.9, 0.3], [[0.55, 0.45], [0.90, 0.10]], names=("easy", "hard"), name="alternating")
+    return MarkovWorkload([0.9, 0.3], [[0.55, 0.45], [0.90, 0.10]], names=("easy", "hard"), name="alternating",
+                          carry=carry)
 
 
 def decaying_workload(alpha1: float = 0.9, decay: float = 0.9, positions: int = 32) -> PositionalWorkload:
@@ -361,28 +556,38 @@ def constant_equivalent(workload) -> ConstantWorkload:
     return ConstantWorkload(workload.mean_acceptance, name=f"constant ({workload.name})")
 
 
-def contrast_pair() -> tuple[MarkovWorkload, ConstantWorkload]:
-    """Two workloads with equal mean acceptance (0.7) and different best draft lengths.
+def contrast_pair(*, carry: bool = True) -> tuple[MarkovWorkload, ConstantWorkload]:
+    """Two workloads with equal mean acceptance (0.7): the bursty one and the constant one.
 
-    Returns ``(bursty_workload(), constant_equivalent(bursty_workload()))``. At ``c = 0.05``
-    on the grid 1..16 the constant workload peaks at gamma 6 (the article's point), the
-    bursty one at gamma 10: runs of easy tokens make long drafts pay.
+    Returns ``(bursty_workload(carry=carry), constant_equivalent(...))``. At ``c = 0.05`` on
+    the grid 1..16 the constant workload peaks at gamma 6 (the article's point). With the
+    regime carried across cycles the bursty one also peaks at 6, with a lower speedup
+    (rejections hand hard stretches to the next cycle); started afresh every cycle it
+    peaks at 10 with a higher one.
 
     Examples
     --------
+    >>> from specdec import cost
     >>> w, k = contrast_pair()
-    >>> best_gamma(w, 0.05).gamma, best_gamma(k, 0.05).gamma
-    (10, 6)
+    >>> cost.best_gamma(w, 0.05).gamma, cost.best_gamma(k, 0.05).gamma
+    (6, 6)
+    >>> cost.best_gamma(contrast_pair(carry=False)[0], 0.05).gamma
+    10
     """
-    w = bursty_workload()
+    w = bursty_workload(carry=carry)
     return w, constant_equivalent(w)
 
 
 # --------------------------------------------------------------------- exact quantities
 
 
+def _check_workload(w) -> None:
+    if not isinstance(w, Workload):
+        raise LawError(f"workload: must be a Constant, Positional or Markov workload (got {type(w).__name__})")
+
+
 def joint_acceptance(workload, gamma: int) -> np.ndarray:
-    """``J_i = P(first i proposals accepted)``, ``i = 1..gamma``.
+    """``J_i = P(first i proposals accepted)``, ``i = 1..gamma``, in a long-run cycle.
 
     Returns
     -------
@@ -399,7 +604,7 @@ def joint_acceptance(workload, gamma: int) -> np.ndarray:
 
 
 def accepted_length_law(workload, gamma: int) -> np.ndarray:
-    """Exact law of the number of accepted proposals in a cycle.
+    """Exact law of the number of accepted proposals in a (long-run) cycle.
 
     ``P(A = i) = J_i - J_{i+1}`` with ``J_0 = 1`` and ``J_{gamma+1} = 0``. The cycle emits
     ``A + 1`` tokens (no EOS in this model).
@@ -418,94 +623,18 @@ def accepted_length_law(workload, gamma: int) -> np.ndarray:
     return np.maximum(j[:-1] - j[1:], 0.0)
 
 
-def expected_tokens(workload, gamma: int) -> float:
-    """Exact tokens per cycle ``E = 1 + sum_i J_i`` (:func:`specdec.cost.expected_tokens_joint`).
-
-    Examples
-    --------
-    >>> round(expected_tokens(ConstantWorkload(0.7), 6), 6)
-    3.058819
-    """
-    return float(_cost.expected_tokens_joint(joint_acceptance(workload, gamma)))
-
-
-def speedup(workload, gamma: int, c: float, *, g=None, overhead=0.0) -> float:
-    """Exact speedup ``E / (g(gamma) + c gamma + overhead)`` (:func:`specdec.cost.speedup_joint`)."""
-    return float(_cost.speedup_joint(joint_acceptance(workload, gamma), c, g=g, overhead=overhead))
-
-
-def lengthening_pays(workload, gamma: int, c: float, *, g=None, overhead=0.0) -> bool:
-    """Marginal rule with joint acceptances: ``J_{gamma+1} D(gamma) > E(gamma) (D(gamma+1) - D(gamma))``.
-
-    Same cross-multiplication as :func:`specdec.cost.marginal_gain`, with ``alpha ** (gamma+1)``
-    replaced by ``J_{gamma+1}``, the probability that the new proposal is emitted.
-    """
-    gamma = check_int(gamma, "gamma")
-    j = joint_acceptance(workload, gamma + 1)
-    d0 = _cost.cycle_cost(gamma, c, g=g, overhead=overhead)
-    d1 = _cost.cycle_cost(gamma + 1, c, g=g, overhead=overhead)
-    return bool(j[-1] * d0 > (1.0 + j[:-1].sum()) * (d1 - d0))
-
-
-@dataclass(frozen=True)
-class Curve:
-    """Exact E and S of a workload over a grid of draft lengths.
-
-    Attributes
-    ----------
-    gammas : numpy.ndarray of int, shape (G,)
-    expected_tokens : numpy.ndarray, shape (G,)
-    speedup : numpy.ndarray, shape (G,)
-    best_gamma : int
-        Maximiser of the speedup (smallest on ties).
-    best_speedup : float
-    """
-
-    gammas: np.ndarray
-    expected_tokens: np.ndarray
-    speedup: np.ndarray
-    best_gamma: int
-    best_speedup: float
-
-
-def curve(workload, c: float, gammas=_cost.ARTICLE_GAMMAS, *, g=None, overhead=0.0) -> Curve:
-    """E and S for every gamma of a grid, and the best gamma.
-
-    Examples
-    --------
-    >>> cv = curve(ConstantWorkload(0.7), 0.05)
-    >>> cv.best_gamma, round(cv.best_speedup, 3)
-    (6, 2.353)
-    """
-    _check_workload(workload)
-    gm = np.asarray(_cost._gamma(np.atleast_1d(gammas)))
-    if gm.ndim != 1:
-        raise LawError(f"gammas: must be a 1-D grid (got shape {gm.shape})")
-    j = workload.joint(int(gm.max()))
-    e = np.array([1.0 + j[:k].sum() for k in gm.tolist()])
-    s = e / np.asarray(_cost.cycle_cost(gm, c, g=g, overhead=overhead))
-    k = int(np.argmax(s))
-    return Curve(gammas=gm, expected_tokens=e, speedup=s, best_gamma=int(gm[k]), best_speedup=float(s[k]))
-
-
-def best_gamma(workload, c: float, gammas=_cost.ARTICLE_GAMMAS, *, g=None, overhead=0.0) -> _cost.BestGamma:
-    """Best draft length of a workload on a grid (:class:`specdec.cost.BestGamma`)."""
-    cv = curve(workload, c, gammas, g=g, overhead=overhead)
-    k = int(np.argmax(cv.speedup))
-    return _cost.BestGamma(gamma=cv.best_gamma, speedup=cv.best_speedup, expected_tokens=float(cv.expected_tokens[k]))
-
-
 # ------------------------------------------------------------------------- simulation
 
 
 def simulate_outcomes(workload, gamma: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Accept/reject outcome of every proposal of ``n`` independent cycles.
+    """Accept/reject outcome of every proposal of ``n`` independent long-run cycles.
 
     Returns
     -------
     numpy.ndarray of bool, shape (n, gamma)
         Outcomes in draft order (outcomes after the first rejection are drawn too, but a
-        real cycle discards them; see :func:`specdec.block.accepted_prefix_length`).
+        real cycle discards them; see :func:`specdec.block.accepted_prefix_length`). A
+        carried-regime workload starts each cycle from its long-run start law.
     """
     _check_workload(workload)
     gamma = check_int(gamma, "gamma")
@@ -514,12 +643,13 @@ def simulate_outcomes(workload, gamma: int, n: int, rng: np.random.Generator) ->
 
 
 def simulate_accepted_lengths(workload, gamma: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Accepted length of ``n`` simulated cycles (vectorised numpy).
+    """Accepted length of ``n`` independent simulated long-run cycles (vectorised numpy).
 
     Returns
     -------
     numpy.ndarray of int, shape (n,)
-        Values in ``0..gamma``; the cycle emits one more token than this.
+        Values in ``0..gamma``; the cycle emits one more token than this. Their law is
+        :func:`accepted_length_law`.
 
     Examples
     --------
@@ -528,3 +658,154 @@ def simulate_accepted_lengths(workload, gamma: int, n: int, rng: np.random.Gener
     ((1000,), True, True)
     """
     return accepted_prefix_length(simulate_outcomes(workload, gamma, n, rng))
+
+
+def simulate_cycles(workload, gamma: int, n: int, cycles: int, rng: np.random.Generator) -> np.ndarray:
+    """Accepted lengths of the consecutive cycles of ``n`` simulated requests.
+
+    A request starts in a regime drawn from the workload's ``initial`` law and, for a
+    carried-regime :class:`MarkovWorkload`, every cycle continues along the same chain
+    (see its conventions); other workloads give independent cycles. Used in Chapters 7
+    and 8.
+
+    Parameters
+    ----------
+    workload : Workload
+    gamma : int
+        Draft length, >= 1.
+    n : int
+        Requests, >= 1.
+    cycles : int
+        Cycles per request, >= 1.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    numpy.ndarray of int, shape (n, cycles)
+        Accepted proposals per cycle, in request order.
+
+    Raises
+    ------
+    LawError
+        Unknown workload, a count < 1, or ``rng`` not a Generator.
+
+    Examples
+    --------
+    >>> a = simulate_cycles(bursty_workload(), 4, 3, 5, np.random.default_rng(0))
+    >>> a.shape, bool((a >= 0).all() and (a <= 4).all())
+    ((3, 5), True)
+    """
+    _check_workload(workload)
+    gamma = check_int(gamma, "gamma")
+    n, cycles = check_int(n, "n"), check_int(cycles, "cycles")
+    return workload.sample_cycles(gamma, n, cycles, _check_rng(rng))
+
+
+@dataclass(frozen=True)
+class CycleDependence:
+    """Dependence between consecutive cycles' accepted lengths, with a bootstrap interval.
+
+    Attributes
+    ----------
+    correlation : float
+        Pearson correlation of ``(A_k, A_{k+1})`` over all consecutive pairs of cycles of
+        the same request, pooled.
+    low, high : float
+        Percentile bootstrap interval (requests resampled with replacement).
+    confidence : float
+        Its level.
+    pairs : int
+        Consecutive pairs used.
+    requests : int
+        Requests with at least two cycles.
+    """
+
+    correlation: float
+    low: float
+    high: float
+    confidence: float
+    pairs: int
+    requests: int
+
+    @property
+    def verdict(self) -> str:
+        """``"positive"``, ``"negative"`` or ``"none detected"`` (interval contains 0)."""
+        if self.low > 0:
+            return "positive"
+        if self.high < 0:
+            return "negative"
+        return "none detected"
+
+    def to_dict(self) -> dict:
+        return {"correlation": self.correlation, "low": self.low, "high": self.high,
+                "confidence": self.confidence, "pairs": self.pairs, "requests": self.requests}
+
+
+def _pooled_lag1(xs: list[np.ndarray], ys: list[np.ndarray]) -> float:
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    sx, sy = x.std(), y.std()
+    if sx == 0 or sy == 0:
+        return 0.0
+    return float(((x - x.mean()) * (y - y.mean())).mean() / (sx * sy))
+
+
+def cycle_dependence(accepted_lengths: Sequence[Sequence[int]], rng: np.random.Generator, *,
+                     resamples: int = 2000, confidence: float = 0.95) -> CycleDependence:
+    """Is the accepted length of a cycle predictive of the next one's? Measured from cycles.
+
+    The carried-regime model predicts a positive correlation (a rejection hands a hard
+    stretch to the next cycle); a fresh-start or constant model predicts none. Pairs are
+    consecutive cycles of one request; the interval resamples whole requests, so the
+    dependence between overlapping pairs of a request is respected. Requests with
+    different acceptance levels add a positive between-request component: a positive
+    value says that cycles of a request are alike, by either cause.
+
+    Parameters
+    ----------
+    accepted_lengths : sequence of sequences of int
+        Per request, the accepted proposals of each cycle in order (e.g.
+        :attr:`specdec.decode.Decoded.accepted_lengths`, or the rows of
+        :func:`simulate_cycles`).
+    rng : numpy.random.Generator
+        For the bootstrap.
+    resamples : int, keyword-only
+        Bootstrap resamples, >= 100.
+    confidence : float, keyword-only
+        Level of the interval, in (0, 1).
+
+    Returns
+    -------
+    CycleDependence
+
+    Raises
+    ------
+    LawError
+        Fewer than two requests with two cycles or more, negative lengths, bad
+        ``resamples``/``confidence``, or ``rng`` not a Generator.
+
+    Examples
+    --------
+    >>> a = simulate_cycles(bursty_workload(), 4, 200, 40, np.random.default_rng(1))
+    >>> d = cycle_dependence(a, np.random.default_rng(2), resamples=200)
+    >>> d.verdict, d.pairs
+    ('positive', 7800)
+    """
+    rng = _check_rng(rng)
+    resamples = check_int(resamples, "resamples", minimum=100)
+    if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
+        raise LawError(f"confidence: must be in (0, 1) (got {confidence!r})")
+    rows = [np.asarray(r, dtype=np.int64).ravel() for r in accepted_lengths]
+    if any((r < 0).any() for r in rows):
+        raise LawError("accepted_lengths: must be non-negative integers")
+    rows = [r for r in rows if r.size >= 2]
+    if len(rows) < 2:
+        raise LawError("accepted_lengths: need at least two requests with two cycles or more")
+    xs, ys = [r[:-1] for r in rows], [r[1:] for r in rows]
+    corr = _pooled_lag1(xs, ys)
+    boot = np.empty(resamples)
+    for b in range(resamples):
+        pick = rng.integers(0, len(rows), len(rows))
+        boot[b] = _pooled_lag1([xs[i] for i in pick], [ys[i] for i in pick])
+    lo, hi = np.quantile(boot, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return CycleDependence(correlation=corr, low=float(lo), high=float(hi), confidence=float(confidence),
+                           pairs=int(sum(x.size for x in xs)), requests=len(rows))

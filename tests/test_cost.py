@@ -257,3 +257,53 @@ def test_sweep_errors_name_the_grid(kw, message):
     if "gammas" in kw:
         with pytest.raises(LawError, match=message):
             cost.best_gamma(0.7, 0.05, gammas=kw["gammas"])
+
+
+# ------------------------------------------------------------- edges and grid-free search
+
+
+def test_best_gamma_reports_the_grid_edge():
+    assert best_gamma(0.7, 0.05).edge is None and best_gamma(0.7, 0.05).interior
+    edge = best_gamma(0.99, 0.01)
+    assert (edge.gamma, edge.edge, edge.interior) == (16, "last", False)
+    assert best_gamma(0.99, 0.01, range(1, 200)).gamma == 113
+    assert best_gamma(0.0, 0.05).edge == "first"           # no draft helps: S(1) < 1
+    assert best_gamma(0.7, 0.05, range(4, 7)).edge == "last"
+    assert best_gamma(0.7, 0.05, [6]).edge == "last"
+    assert set(best_gamma(0.7, 0.05).to_dict()) == {"gamma", "speedup", "expected_tokens", "edge"}
+
+
+def test_grid_free_search_values():
+    b = best_gamma(0.99, 0.01, None)
+    assert (b.gamma, b.edge) == (113, None)
+    assert b.speedup == pytest.approx(speedup(0.99, 113, 0.01))
+    assert best_gamma(0.7, 0.05, None).gamma == 6 and best_gamma(0.7, 0.20, None).gamma == 3
+    # alpha = 1 and c < 1: the speedup rises towards 1/c forever; the bound is reported
+    top = best_gamma(1.0, 0.5, None, gamma_max=1000)
+    assert (top.gamma, top.edge) == (1000, "last")
+    assert best_gamma(0.0, 0.05, None).gamma == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(alpha=st.floats(0.0, 0.97), c=st.floats(0.001, 1.0), kappa=st.floats(0.0, 0.5),
+       overhead=st.floats(0.0, 2.0))
+def test_grid_free_search_finds_the_maximum_of_a_wide_grid(alpha, c, kappa, overhead):
+    """Unimodality (constant alpha, affine verification cost): the search is the argmax."""
+    g = (lambda k: 1 + kappa * k) if kappa else None
+    grid = np.arange(1, 2001)
+    s = np.asarray(speedup(alpha, grid, c, g=g, overhead=overhead))
+    b = best_gamma(alpha, c, None, g=g, overhead=overhead)
+    assert b.speedup == pytest.approx(s.max(), rel=1e-12, abs=1e-12)
+    assert b.speedup >= s.max() - 1e-12
+    # unimodal: S rises strictly up to the maximum's plateau and never rises after it
+    k = b.gamma - 1
+    assert np.all(np.diff(s[k:]) <= 1e-12)
+
+
+def test_grid_free_search_refuses_what_it_cannot_certify():
+    with pytest.raises(LawError, match="convex"):
+        best_gamma(0.9, 0.05, None, g=lambda k: 3.0 if k < 4 else 1.0)   # decreasing cost
+    with pytest.raises(LawError, match="convex"):
+        best_gamma(0.9, 0.05, None, g=lambda k: 1 + np.sqrt(k))           # concave cost
+    with pytest.raises(LawError, match="gamma_max"):
+        best_gamma(0.9, 0.05, None, gamma_max=1)
