@@ -386,22 +386,33 @@ class MarkovWorkload(Workload):
             power = power @ m
         return kern + power @ t
 
-    def start_law(self, gamma: int) -> np.ndarray:
-        """Law of the regime at a cycle's first proposal in the long run, shape (K,).
+    def start_law(self, gamma: int, cycle: int | None = None) -> np.ndarray:
+        """Law of the regime at a cycle's first proposal, shape (K,).
 
-        ``initial`` for a fresh start; the stationary law of :meth:`cycle_kernel` when the
-        regime is carried.
+        ``cycle=None``: in the long run (``initial`` for a fresh start; the stationary law
+        of :meth:`cycle_kernel` when the regime is carried). ``cycle=k``: at the ``k``-th
+        cycle of a request that starts in ``initial`` (``initial K^(k-1)`` when carried).
         """
         gamma = check_int(gamma, "gamma")
         if not self.carry:
             return self.initial
+        if cycle is not None:
+            cycle = check_int(cycle, "cycle")
+            return self.initial @ np.linalg.matrix_power(self.cycle_kernel(gamma), cycle - 1)
         return _stationary(self.cycle_kernel(gamma), "transition (cycle-start chain)")
 
-    def joint(self, gamma: int) -> np.ndarray:
-        """``J_i = P(first i accepted)`` for ``i = 1..gamma`` in a long-run cycle; shape (gamma,)."""
+    def joint(self, gamma: int, start=None) -> np.ndarray:
+        """``J_i = P(first i accepted)`` for ``i = 1..gamma``; shape (gamma,).
+
+        ``start``: law of the first proposal's regime, shape (K,); default the long-run
+        :meth:`start_law`.
+        """
         gamma = check_int(gamma, "gamma")
+        start = self.start_law(gamma) if start is None else check_law(start, "start")
+        if start.size != self.alphas.size:
+            raise LawError(f"start: size {start.size} does not match alphas ({self.alphas.size})")
         out = np.empty(gamma)
-        v = self.start_law(gamma) * self.alphas
+        v = start * self.alphas
         out[0] = v.sum()
         for i in range(1, gamma):
             v = (v @ self.transition) * self.alphas

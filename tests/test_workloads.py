@@ -182,7 +182,9 @@ def test_cycles_continuing_along_the_chain_follow_the_renewal_law(make):
     w, gamma, cycles = make(), 6, 8
     a = W.simulate_cycles(w, gamma, 100_000, cycles, np.random.default_rng(11))
     start = w.initial @ np.linalg.matrix_power(w.cycle_kernel(gamma), cycles - 1)
+    assert np.allclose(w.start_law(gamma, cycle=cycles), start)
     j = _brute_force_joint(w, gamma, start)
+    assert np.allclose(w.joint(gamma, start=start), j, atol=1e-14)
     law = -np.diff(np.concatenate(([1.0], j, [0.0])))
     counts = np.bincount(a[:, -1], minlength=gamma + 1)             # independent across requests
     stats.assert_law(counts, law, false_alarm=FALSE_ALARM)
