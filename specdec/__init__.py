@@ -11,11 +11,15 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.workloads`: acceptance that depends on context or draft position.
 - :mod:`specdec.conformance`, :mod:`specdec.gallery`: a test kit for real samplers, and
   buggy samplers it must catch (``python -m specdec.conformance pkg.module:function``).
-- :mod:`specdec.nn`, :mod:`specdec.decode`, :mod:`specdec.measure`: numpy inference of the
-  small trained models, speculative decoding with them, and the timing harness.
+- :mod:`specdec.nn`, :mod:`specdec.decode`: numpy inference of the small trained models
+  and speculative decoding with them.
+- :mod:`specdec.measure`, :mod:`specdec.protocol`, :mod:`specdec.client`: timing
+  arithmetic and reports; the paired, interleaved protocol on in-process decoders; the
+  same protocol over HTTP against a streaming server (``python -m specdec.client``).
 - :mod:`specdec.book`: what exists for the book only: the article's claims table
   (:mod:`~specdec.book.claims`), numbers in prose (:mod:`~specdec.book.prose`), run records
-  (:mod:`~specdec.book.provenance`) and figure defaults (:mod:`~specdec.book.plotting`).
+  (:mod:`~specdec.book.provenance`), figure defaults (:mod:`~specdec.book.plotting`) and
+  chapter 8's study (:mod:`~specdec.book.study`).
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,6 @@
-"""Tests of the measurement harness: arithmetic on synthetic timings, fake clocks."""
+"""Tests of the measurement library (specdec.measure), the in-process protocol
+(specdec.protocol) and chapter 8's study (specdec.book.study): arithmetic on synthetic
+timings, fake clocks."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from hypothesis import given, settings, strategies as st
 from specdec import decode as dec
 from specdec import measure as ms
 from specdec import nn
+from specdec import protocol as pr
+from specdec.book.study import run_study
 
 finite = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
 
@@ -136,19 +140,19 @@ def test_speculative_timestamps_with_fake_clock(pair):
 
 def test_step_costs_with_constant_clock(pair):
     target, draft = pair
-    rep = ms.step_costs(target, draft, (1, 3), prefix=8, repeats=5, clock=ms.TickClock(0.25))
+    rep = pr.step_costs(target, draft, (1, 3), prefix=8, repeats=5, clock=ms.TickClock(0.25))
     assert [r["gamma"] for r in rep.rows] == [1, 3]
     for row in rep.rows:
         assert row["c"] == 1.0 and row["g"] == 1.0 and row["target_step_s"] == 0.25
     with pytest.raises(ValueError, match="prefix"):
-        ms.step_costs(target, draft, (1,), prefix=70)
+        pr.step_costs(target, draft, (1,), prefix=70)
 
 
 def test_compare_and_concurrency_structure(pair):
     target, draft = pair
-    settings_ = [ms.Setting("baseline", target), ms.Setting("spec g=2", target, draft, 2)]
+    settings_ = [pr.Setting("baseline", target), pr.Setting("spec g=2", target, draft, 2)]
     prompts = {"it": ["ciao a tutti", "buona sera"], "en": ["hello there", "good night"]}
-    rep = ms.compare(settings_, prompts, max_new_tokens=6, repeats=2, memory=True,
+    rep = pr.compare(settings_, prompts, max_new_tokens=6, repeats=2, memory=True,
                      clock=ms.TickClock(0.01))
     assert len(rep.raw) == 2 * 2 * 2 and len(rep.rows) == 4
     spec = [r for r in rep.rows if r["setting"] == "spec g=2"]
@@ -163,27 +167,45 @@ def test_compare_and_concurrency_structure(pair):
     assert all(r["draft_pass_s"] == pytest.approx(0.01) for r in spec)
     md = rep.to_markdown(metadata=True)
     assert "| language | setting |" in md and "prompt_distribution" in md
-    conc = ms.concurrency(target, draft, ["a b c", "d e f", "g h i"], batch_sizes=(1, 3),
+    conc = pr.concurrency(target, draft, ["a b c", "d e f", "g h i"], batch_sizes=(1, 3),
                           max_new_tokens=5, repeats=1, clock=ms.TickClock(0.01))
     assert {(r["batch"], r["setting"]) for r in conc.rows} == {
         (1, "baseline"), (3, "baseline"), (1, "speculative gamma=2"), (3, "speculative gamma=2")}
     with pytest.raises(ValueError, match="need at least 3 prompts"):
-        ms.concurrency(target, draft, ["a"], batch_sizes=(3,))
+        pr.concurrency(target, draft, ["a"], batch_sizes=(3,))
 
 
 def test_setting_validation(pair):
     target, draft = pair
     with pytest.raises(ValueError, match="gamma"):
-        ms.Setting("x", target, draft, 0)
+        pr.Setting("x", target, draft, 0)
     with pytest.raises(ValueError, match="gamma: only meaningful"):
-        ms.Setting("x", target, None, 2)
+        pr.Setting("x", target, None, 2)
     with pytest.raises(ValueError, match="names must be distinct"):
-        ms.compare([ms.Setting("a", target), ms.Setting("a", target)], {"it": ["x"]})
+        pr.compare([pr.Setting("a", target), pr.Setting("a", target)], {"it": ["x"]})
 
 
 def test_peak_memory_counts_numpy_buffers():
     peak = ms.peak_memory(lambda: np.ones(2**20))        # 8 MiB
     assert 8 * 2**20 <= peak < 9 * 2**20
+
+
+def test_blas_threads_limited_and_restored():
+    before = ms.blas_threads()
+    with ms.limit_blas_threads(1):
+        assert all(n == 1 for n in ms.blas_threads().values())
+    assert ms.blas_threads() == before
+    with ms.limit_blas_threads(None):
+        assert ms.blas_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        with ms.limit_blas_threads(0):
+            pass
+
+
+def test_rotation():
+    assert [ms.rotation("abc", r) for r in range(4)] == [
+        list("abc"), list("bca"), list("cab"), list("abc")]
+    assert ms.rotation([], 3) == []
 
 
 def test_environment_and_markdown():
@@ -195,7 +217,7 @@ def test_environment_and_markdown():
 
 @pytest.mark.skipif(not (nn.MODELS_DIR / "manifest.json").exists(), reason="models/ not built")
 def test_run_study_smoke():
-    study = ms.run_study(max_new_tokens=4, prompts_per_language=1, repeats=1, gammas=(1,),
+    study = run_study(max_new_tokens=4, prompts_per_language=1, repeats=1, gammas=(1,),
                          wide_gammas=(1,), cost_gammas=(1, 2), cost_repeats=2,
                          batch_sizes=(1, 2), concurrency_repeats=1)
     assert len(study.latency.rows) == 4 * 4          # languages x settings
