@@ -1,0 +1,221 @@
+"""Tests of the measurement client (specdec.client): the latency arithmetic on records with
+known time stamps (exact), and the whole client against a scripted local server with
+known delays, token counts and timings, including every failure it must name."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from scripted_server import Script, ScriptedServer
+from specdec import client as cl
+from specdec.client.__main__ import main as cli
+
+
+def record(times, texts=None, tokens=None, start=0.0, end=None, n=None, timings=None):
+    texts = texts or ["x"] * len(times)
+    n = n if n is not None else (tokens[-1] if tokens else len(times))
+    return cl.RequestRecord("r", start, tuple(times), tuple(texts),
+                            end if end is not None else times[-1], n,
+                            chunk_tokens=None if tokens is None else tuple(tokens),
+                            timings=timings or {})
+
+
+# ------------------------------------------------------------------ arithmetic, exact
+def test_record_latencies_exact():
+    # chunks at 0.5, 0.75, 1.5 s carrying 1, 3 and 2 tokens (cumulative 1, 4, 6)
+    r = record([0.5, 0.75, 1.5], tokens=[1, 4, 6], end=1.625)
+    assert r.ttft == 0.5 and r.e2e == 1.625
+    assert r.itls == (0.25, 0.75)
+    assert r.tokens_per_chunk() == (1.0, 3.0, 2.0)
+    assert r.token_latencies() == (0.25 / 3,) * 3 + (0.375,) * 2
+    assert r.tpot == (1.625 - 0.5) / 5
+    # without per-chunk counts the 6 tokens are spread evenly over the 3 chunks
+    r2 = record([0.5, 0.75, 1.5], n=6, end=1.625)
+    assert r2.tokens_per_chunk() == (2.0, 2.0, 2.0)
+    assert r2.token_latencies() == (0.125, 0.125, 0.375, 0.375)
+
+
+def test_record_round_trip_and_empty():
+    r = record([0.5, 1.0], tokens=[1, 2], timings={"draft_n": 4, "draft_n_accepted": 1})
+    assert cl.RequestRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    assert r.draft_n == 4 and r.draft_n_accepted == 1
+    empty = cl.RequestRecord("e", 0.0, (), (), 1.0, 0)
+    assert math.isnan(empty.ttft) and math.isnan(empty.tpot) and empty.token_latencies() == ()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(1, 4)), min_size=2, max_size=12))
+def test_token_latencies_sum_to_the_decode_time(chunks):
+    gaps, counts = zip(*chunks)
+    times = np.cumsum(gaps) + 0.1
+    r = record(times.tolist(), tokens=np.cumsum(counts).tolist())
+    lat = r.token_latencies()
+    assert len(lat) == sum(counts[1:])
+    assert sum(lat) == pytest.approx(times[-1] - times[0])
+    assert r.tpot == pytest.approx((times[-1] - times[0]) / (sum(counts) - 1))
+
+
+def test_goodput_and_acceptance():
+    a = record([0.1, 0.2, 0.3], n=3, timings={"draft_n": 4, "draft_n_accepted": 3})  # tpot 0.1
+    b = record([0.4, 0.5], n=2, timings={"draft_n": 2, "draft_n_accepted": 0})         # tpot 0.1
+    c = record([0.1, 0.9], n=2)                                                           # tpot 0.8
+    assert cl.goodput([a, b, c], 2.0) == 1.5
+    assert cl.goodput([a, b, c], 2.0, ttft_max=0.2) == 1.0
+    assert cl.goodput([a, b, c], 2.0, tpot_max=0.5) == 1.0
+    assert cl.goodput([a, b, c], 2.0, ttft_max=0.2, tpot_max=0.5) == 0.5
+    assert cl.acceptance([a, b, c]) == {"draft_n": 6, "draft_n_accepted": 3, "acceptance": 0.5}
+    assert math.isnan(cl.acceptance([c])["acceptance"])
+    with pytest.raises(ValueError, match="wall"):
+        cl.goodput([a], 0.0)
+
+
+def test_arrival_times():
+    t = cl.arrival_times(50_000, 5.0, 1.0, rng=3)
+    gaps = np.diff(t)
+    assert t[0] == 0 and np.all(gaps >= 0)
+    # Poisson: mean 1/rate, coefficient of variation 1; gamma shape 0.25: CV 2 (5 sigma)
+    assert abs(gaps.mean() - 0.2) < 5 * 0.2 / math.sqrt(gaps.size)
+    assert abs(gaps.std() / gaps.mean() - 1) < 0.05
+    bursty = np.diff(cl.arrival_times(50_000, 5.0, 0.25, rng=3))
+    assert abs(bursty.std() / bursty.mean() - 2) < 0.1
+    assert np.array_equal(cl.arrival_times(5, 2.0, rng=7), cl.arrival_times(5, 2.0, rng=7))
+    for kwargs, match in [(dict(n=0, rate=1.0), "n:"), (dict(n=2, rate=0.0), "rate:"),
+                          (dict(n=2, rate=1.0, burstiness=0.0), "burstiness:")]:
+        with pytest.raises(ValueError, match=match):
+            cl.arrival_times(**kwargs)
+
+
+def test_sse_parsing():
+    lines = ["data: a", "data: b", "", "event: x", "id: 3", "", ": comment", "data:c", ""]
+    assert list(cl.sse_data(lines)) == ["a\nb", "c"]
+
+
+def test_endpoint_and_spec_validation():
+    assert cl.Endpoint("http://127.0.0.1:9/v1/").url == "http://127.0.0.1:9"
+    for url in ("127.0.0.1:8080", "ftp://x", "http://"):
+        with pytest.raises(ValueError, match="url"):
+            cl.Endpoint(url)
+    with pytest.raises(ValueError, match="api"):
+        cl.Endpoint("http://127.0.0.1:1", api="embeddings")
+    with pytest.raises(ValueError, match="prompt"):
+        cl.RequestSpec("r0", "")
+    with pytest.raises(ValueError, match="temperature"):
+        cl.plain_sampling(-1.0)
+    body = cl.RequestSpec("r0", "hi", 5, cl.plain_sampling(1.0), seed=9).body(
+        cl.Endpoint("http://127.0.0.1:1", api="chat", model="m"))
+    assert body["messages"] == [{"role": "user", "content": "hi"}] and body["seed"] == 9
+    assert body["stream"] is True and body["top_k"] == -1 and body["min_p"] == 0.0
+    assert body["model"] == "m" and body["stream_options"] == {"include_usage": True}
+
+
+# --------------------------------------------------------------- scripted server
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_client_against_scripted_server(api):
+    script = Script(delays=(0.06, 0.03, 0.04), texts=("ab", "c", "d"), tokens=(2, 1, 1))
+    with ScriptedServer(script) as url:
+        ep = cl.Endpoint(url, api=api)
+        spec = cl.RequestSpec("it-0", "ciao", 4, cl.plain_sampling(1.0), seed=5, language="it")
+        run = cl.closed_loop(ep, [spec], 1, setting="spec")
+    (r,) = run.records
+    assert r.text == "abcd" and r.completion_tokens == 4 and r.chunk_tokens == (2, 3, 4)
+    assert r.tokens_per_chunk() == (2.0, 1.0, 1.0) and r.language == "it"
+    assert r.draft_n == 6 and r.draft_n_accepted == 3
+    # the client cannot see an event before the server slept for it
+    assert r.ttft >= 0.06 and r.e2e >= 0.13 and sum(r.itls) >= 0.07 - 1e-3
+    assert r.ttft + sum(r.itls) <= r.e2e
+    body = script.bodies[0]
+    assert body["seed"] == 5 and body["temperature"] == 1.0 and body["max_tokens"] == 4
+    s = cl.summarize_run(run, ttft_max=10.0, tpot_max=10.0)
+    assert s["completion_tokens"] == 4 and s["requests"] == 1
+    assert s["acceptance"] == 0.5 and s["goodput"] == pytest.approx(1 / run.wall)
+    assert s["output_throughput"] == pytest.approx(4 / run.wall)
+
+
+def test_closed_and_open_loop_keep_order_and_overlap():
+    script = Script(delays=(0.1, 0.01), texts=("a", "b"), tokens=(1, 1), timings={})
+    specs = [cl.RequestSpec(f"en-{k}", "hello", 2, seed=k) for k in range(4)]
+    with ScriptedServer(script) as url:
+        ep = cl.Endpoint(url)
+        serial = cl.closed_loop(ep, specs, 1)
+        parallel = cl.closed_loop(ep, specs, 4)
+        opened = cl.open_loop(ep, specs, rate=math.inf)
+    assert [r.id for r in parallel.records] == [s.id for s in specs]
+    assert serial.wall >= 4 * 0.11
+    assert parallel.wall < serial.wall          # four in flight at once
+    assert opened.load == {"kind": "open", "rate": math.inf, "burstiness": 1.0}
+    assert math.isnan(cl.summarize_run(serial)["acceptance"])
+
+
+def test_prompt_lengths_in_server_tokens():
+    with ScriptedServer() as url:
+        out = cl.prompt_lengths(cl.Endpoint(url), {"zh": ["更新护照", "好"], "en": ["abc"]})
+    assert out["zh"]["tokens"] == {"min": 3, "median": 7.5, "max": 12}
+    assert out["zh"]["characters"] == {"min": 1, "median": 2.5, "max": 4}
+    assert out["en"]["bytes"]["max"] == 3
+
+
+@pytest.mark.parametrize("mode, match", [
+    ("http500", "HTTP 500"), ("json", "not a streaming answer"),
+    ("malformed", "malformed event"), ("nousage", "no token count")])
+def test_failures_name_the_request(mode, match):
+    with ScriptedServer(Script(mode=mode)) as url:
+        with pytest.raises(cl.ClientError, match=rf"request 'es-3' to {url}.*{match}"):
+            cl.closed_loop(cl.Endpoint(url), [cl.RequestSpec("es-3", "hola")])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_refused_connection_names_the_request():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(cl.ClientError, match=r"request 'it-0' .*connection failed"):
+        cl.closed_loop(cl.Endpoint(url, timeout=5), [cl.RequestSpec("it-0", "ciao")])
+
+
+# ------------------------------------------------------------------------- CLI
+def test_cli_sweep_and_paired(tmp_path, capsys):
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"it": ["ciao", "buona sera"], "en": ["hello"]}))
+    out = tmp_path / "r.json"
+    script = Script(delays=(0.01, 0.01), texts=("a", "b"), tokens=(1, 1))
+    with ScriptedServer(script) as url, ScriptedServer(Script(timings={})) as base:
+        assert cli(["--endpoint", url, "--prompts", str(prompts), "--concurrency", "1,2",
+                    "--max-tokens", "2", "--ttft-max", "1", "--out", str(out)]) == 0
+        data = json.loads(out.read_text())
+        assert data["schema"] == cl.SCHEMA and len(data["runs"]) == 2
+        assert [r["load"]["concurrency"] for r in data["runs"]] == [1, 2]
+        assert all(len(r["records"]) == 3 for r in data["runs"])
+        assert data["prompt_lengths"]["it"]["tokens"]["max"] == 10
+        assert cli(["--endpoint", url, "--baseline", base, "--prompts", str(prompts),
+                    "--repeats", "2", "--rate", "50", "--out", str(out)]) == 0
+        paired = json.loads(out.read_text())["paired"]
+        spec_rows = [r for r in paired["rows"] if r["setting"] == "speculative"]
+        assert len(spec_rows) == 2 and all(r["speedup"] > 0 for r in spec_rows)
+        assert len(paired["runs"]) == 2 * 2 * 2
+        # interleaved: the order of settings rotates with the repeat
+        order = [(r["repeat"], r["setting"]) for r in paired["runs"] if r["language"] == "it"]
+        assert order == [(0, "baseline"), (0, "speculative"), (1, "speculative"), (1, "baseline")]
+    printed = capsys.readouterr().out
+    assert "concurrency 2:" in printed and "speedup" in printed and "rate 50/s" in printed
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert cli(["--endpoint", "localhost:1"]) == 2
+    assert "url" in capsys.readouterr().err
+    assert cli(["--endpoint", "http://127.0.0.1:1", "--concurrency", "0"]) == 2
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli(["--endpoint", url, "--timeout", "5", "--out", str(tmp_path / "x.json")]) == 1
+    assert "connection failed" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="--prompts"):
+        cli(["--endpoint", url, "--prompts", str(bad)])
