@@ -5,11 +5,18 @@ sources in a temporary directory, so the end-to-end pipeline test and the checks
 rendered book (tests/test_publishing.py) run on a fresh build even in a clean clone
 where ``make book`` was never run. It is slow (all notebooks execute): only tests marked
 ``slow`` use it.
+
+``chapters_at_other_seeds`` builds every chapter but the timed one (chapter 8) at three
+more (seed, trials) pairs, executing only (no HTML), once per pair for the whole session:
+the pipeline test checks the calibrated assertions held, and tests/test_prose.py checks
+the sentences the chapters chose against the values they glued, on the same builds.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -46,6 +53,66 @@ def whole_book(tmp_path_factory) -> WholeBook:
     first = subprocess.run([sys.executable, str(BUILD), "--root", str(root)],
                            capture_output=True, text=True, cwd=root)
     return WholeBook(root=root, first=first)
+
+
+#: (seed, trials) of the multi-seed builds: one trial, a few thousand, twice the default.
+OTHER_SEEDS: tuple[tuple[int, int], ...] = ((1, 1), (99, 5_000), (123_456, 400_000))
+
+
+def _load_build_tool():
+    spec = importlib.util.spec_from_file_location("specdec_build_tool_conftest", BUILD)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _glued_value(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+@dataclass(frozen=True)
+class ChapterBuild:
+    seed: int
+    trials: int
+    root: Path                              # the copy of the repository that was built
+    names: tuple[str, ...]                  # the chapters built (all but the timed ones)
+    timed: tuple[str, ...]                  # left out
+    proc: subprocess.CompletedProcess
+
+    def notebook(self, name: str) -> dict:
+        return json.loads((self.root / "book" / "chapters" / f"{name}.ipynb").read_text())
+
+    def glued(self, name: str) -> dict:
+        """Every value the chapter glued for its prose: key -> Python value (text as shown)."""
+        out = {}
+        for cell in self.notebook(name)["cells"]:
+            for o in cell.get("outputs", []):
+                key = o.get("metadata", {}).get("scrapbook", {}).get("name")
+                text = o.get("data", {}).get("application/papermill.record/text/plain")
+                if key and text is not None:
+                    out[key] = _glued_value(text)
+        return out
+
+
+@pytest.fixture(scope="session", params=OTHER_SEEDS, ids=[f"seed{s}-trials{t}" for s, t in OTHER_SEEDS])
+def chapters_at_other_seeds(request, tmp_path_factory) -> ChapterBuild:
+    """All chapters but the timed one, executed at another (seed, trials); see module doc."""
+    seed, trials = request.param
+    build = _load_build_tool()
+    root = _load_snapshot().copy_sources(REPO, tmp_path_factory.mktemp(f"seed{seed}") / "repo")
+    layout = build.Layout(root)
+    timed = tuple(n for n, src in build.chapter_sources(layout) if build.executes_alone(src))
+    toc = root / "_toc.yml"
+    lines = toc.read_text().splitlines(keepends=True)
+    toc.write_text("".join(l for l in lines if not any(f"book/chapters/{n}" in l for n in timed)))
+    names = tuple(n for n, _ in build.chapter_sources(build.Layout(root)))
+    proc = subprocess.run([sys.executable, str(BUILD), "--root", str(root), "--seed", str(seed),
+                           "--trials", str(trials), "--no-html"], capture_output=True, text=True, cwd=root)
+    return ChapterBuild(seed=seed, trials=trials, root=root, names=names, timed=timed, proc=proc)
 
 
 @pytest.fixture(scope="module")

@@ -479,31 +479,22 @@ def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed, trials", [(1, 1), (99, 5_000), (123_456, 400_000)])
-def test_chapters_hold_their_assertions_for_other_seeds_and_trials(tmp_path, seed, trials):
+def test_chapters_hold_their_assertions_for_other_seeds_and_trials(chapters_at_other_seeds):
     """Every calibrated assertion of the book passes at other seeds and trial counts.
 
     Each one fails a correct implementation with a stated probability (at most 1e-9 per
     assertion, see chapter 4), so a failure here is a bug, not bad luck. The end-to-end
     test above runs every chapter at seeds 2026 and 7; this one runs all but the timed
     chapter (its assertions do not depend on ``trials``) at three more seeds, from one
-    trial to twice the default.
+    trial to twice the default (the builds are shared with tests/test_prose.py).
     """
-    root = snapshot.copy_sources(REPO, tmp_path / "repo")
-    layout = build.Layout(root)
-    timed = [n for n, src in build.chapter_sources(layout) if build.executes_alone(src)]
-    toc = root / "_toc.yml"
-    lines = toc.read_text().splitlines(keepends=True)
-    toc.write_text("".join(l for l in lines if not any(f"book/chapters/{n}" in l for n in timed)))
-    names = [n for n, _ in build.chapter_sources(build.Layout(root))]
-    assert len(names) >= 9 and not set(timed) & set(names)
-
-    proc = run_build(root, "--seed", str(seed), "--trials", str(trials), "--no-html")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert statuses(proc) == {n: "executed" for n in names}
-    for n in names:
-        meta = json.loads((root / "book" / "chapters" / f"{n}.ipynb").read_text())["metadata"]
-        assert meta["specdec"]["parameters"] == {"seed": seed, "trials": trials}
+    built = chapters_at_other_seeds
+    assert len(built.names) >= 9 and not set(built.timed) & set(built.names)
+    assert built.proc.returncode == 0, built.proc.stdout + built.proc.stderr
+    assert statuses(built.proc) == {n: "executed" for n in built.names}
+    for n in built.names:
+        meta = built.notebook(n)["metadata"]
+        assert meta["specdec"]["parameters"] == {"seed": built.seed, "trials": built.trials}
 
 
 @pytest.mark.slow

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -34,3 +36,101 @@ def test_glue_value_rejects_bad_key():
 def test_glue_value_returns_plain_value():
     pytest.importorskip("myst_nb")
     assert type(glue_value("k", np.float64(0.5))) is float
+
+
+# ------------------------------------------- generated sentences against glued values (slow)
+#
+# Every sentence of a chapter that compares or explains a computed number is chosen by
+# code from the data. These tests rebuild the chapters at several (seed, trials) (the
+# builds of ``chapters_at_other_seeds`` in tests/conftest.py, shared with the pipeline's
+# multi-seed test) and check each generated sentence against the values glued next to
+# it: ranges against their members, orderings against the numbers ordered, words such as
+# "fewer", "rescues" or "contains 0" against the comparison they state.
+
+
+def _glued(built, stem):
+    [name] = [n for n in built.names if n.startswith(stem)]
+    return built.glued(name)
+
+
+def _ranked(text):
+    """'a (3.110) > b (3.059)' -> [('a', 3.110), ('b', 3.059)]."""
+    return [(m.group(1).strip(), float(m.group(2))) for m in re.finditer(r"([a-z ]+?) \(([0-9.]+)\)", text)]
+
+
+@pytest.mark.slow
+def test_built_chapters_glue_their_sentences(chapters_at_other_seeds):
+    built = chapters_at_other_seeds
+    assert built.proc.returncode == 0, built.proc.stdout + built.proc.stderr
+    for stem in ("04", "05", "06", "07"):
+        g = _glued(built, stem)
+        assert g, stem
+        raw = [k for k, v in g.items() if isinstance(v, str) and re.search(r"\bnp\.\w+\(", v)]
+        assert not raw, f"{stem}: glued numpy reprs (glue plain Python values): {raw}"
+
+
+@pytest.mark.slow
+def test_chapter_4_sentences(chapters_at_other_seeds):
+    g = _glued(chapters_at_other_seeds, "04")
+    assert "at most below" not in g["ch4_miss_bound"]
+    assert g["ch4_miss_bound"].startswith("below") == str(g["ch4_miss"]).startswith("below")
+    trials = chapters_at_other_seeds.trials
+    asserted = "asserts that the fallback sampler is detected" in g["ch4_detect_sentence"]
+    assert asserted == (trials >= g["ch4_n_min"])
+    assert f"{trials:,}" in g["ch4_detect_sentence"]
+
+
+@pytest.mark.slow
+def test_chapter_5_range_is_the_range_of_the_table(chapters_at_other_seeds):
+    g = _glued(chapters_at_other_seeds, "05")
+    flawed = [v for k, v in g.items() if k.startswith("ch5_tv_") and k[7:] in {
+        "stale_proposals", "no_rollback", "bonus_wrong_position", "emit_after_eos"}]
+    assert len(flawed) == 4
+    assert g["ch5_tv_flawed_min"] == min(flawed) and g["ch5_tv_flawed_max"] == max(flawed)
+
+
+@pytest.mark.slow
+def test_chapter_6_sentences(chapters_at_other_seeds):
+    g = _glued(chapters_at_other_seeds, "06")
+    # "at alpha = 0 every draft is a loss ... even the cheapest draft reaches only S"
+    assert g["ch6_alpha0_s1"] <= g["ch6_alpha0_dense_best"] < 1
+    assert g["ch6_alpha0_dense_best"] == pytest.approx(1 / (1 + g["ch6_alpha0_dense_c"]))
+    assert g["ch6_runner_up"] == g["ch6_best_low"] - 1
+
+
+@pytest.mark.slow
+def test_chapter_7_sentences(chapters_at_other_seeds):
+    g = _glued(chapters_at_other_seeds, "07")
+    names = ("constant", "bursty", "alternating")
+    # the rankings are orderings of the glued E(6) values, carried and fresh
+    for key, prefix in (("ch7_rank_carried", "ch7_E6_"), ("ch7_rank_fresh", "ch7_E6_fresh_")):
+        ranked = _ranked(g[key])
+        assert sorted(n for n, _ in ranked) == sorted(names)
+        values = [g[prefix + n] for n, _ in ranked]
+        assert values == sorted(values, reverse=True)
+        assert all(f"{g[prefix + n]:.3f}" == f"{v:.3f}" for n, v in ranked)
+    carried = [n for n, _ in _ranked(g["ch7_rank_carried"])]
+    fresh = [n for n, _ in _ranked(g["ch7_rank_fresh"])]
+    assert ("other way round" in g["ch7_rank_sentence"]) == (carried == fresh[::-1])
+    assert g["ch7_bursty_vs_constant"] == ("fewer" if g["ch7_E6_bursty"] < g["ch7_E6_constant"] else "more")
+    assert g["ch7_fresh_bursty_vs_constant"] == (
+        "more" if g["ch7_E6_fresh_bursty"] > g["ch7_E6_fresh_constant"] else "fewer")
+    # best draft lengths listed in the claim are the glued ones
+    for n in names:
+        assert f"{g[f'ch7_best_{n}']} ({n})" in g["ch7_best_list"]
+    # a draft length "rescues" the slow pass exactly when its speedup exceeds 1
+    rescued = g["ch7_best_scaled_speedup"] > 1
+    assert ("beats plain decoding" in g["ch7_rescue_sentence"]
+            and "nothing" not in g["ch7_rescue_sentence"]) == rescued
+    assert ("but a short draft does" in g["ch7_rescue_claim"]) == rescued
+    assert g["ch7_ratio_g3"] < 1 and g["ch7_best_g3_speedup"] < 1
+    # the simulation sentence quotes the glued worst z
+    assert f"{g['ch7_sim_z_max']:.1f} standard errors" in g["ch7_sim_sentence"]
+    # the real models' verdict follows the interval
+    low, high, bursty = g["ch7_real_low"], g["ch7_real_high"], g["ch7_corr_bursty"]
+    sentence = g["ch7_real_sentence"]
+    assert low <= g["ch7_real_r"] <= high
+    assert ("contains 0" in sentence) == (low <= 0 <= high)
+    assert ("excludes the bursty" in sentence) == (low <= 0 <= high and not low <= bursty <= high)
+    assert ("positively correlated" in sentence) == (low > 0)
+    assert ("negatively correlated" in sentence) == (high < 0)
