@@ -7,8 +7,10 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
 - :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
 - :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles.
-- :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps, best draft length.
-- :mod:`specdec.workloads`: acceptance that depends on context or draft position.
+- :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps, best draft length, for
+  a constant alpha or any workload (one function per quantity).
+- :mod:`specdec.workloads`: acceptance that depends on context or draft position, with the
+  regime carried across cycles (exact Markov renewal-reward laws), and cycle dependence.
 - :mod:`specdec.conformance`, :mod:`specdec.gallery`: a test kit for real samplers, and
   buggy samplers it must catch (``python -m specdec.conformance pkg.module:function``).
 - :mod:`specdec.nn`, :mod:`specdec.decode`: numpy inference of the small trained models
