@@ -74,6 +74,18 @@ def _glued_value(text: str):
         return text
 
 
+def glued_values(notebook: dict) -> dict:
+    """Every value an executed notebook glued for its prose: key -> Python value."""
+    out = {}
+    for cell in notebook["cells"]:
+        for o in cell.get("outputs", []):
+            key = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = o.get("data", {}).get("application/papermill.record/text/plain")
+            if key and text is not None:
+                out[key] = _glued_value(text)
+    return out
+
+
 @dataclass(frozen=True)
 class ChapterBuild:
     seed: int
@@ -87,15 +99,8 @@ class ChapterBuild:
         return json.loads((self.root / "book" / "chapters" / f"{name}.ipynb").read_text())
 
     def glued(self, name: str) -> dict:
-        """Every value the chapter glued for its prose: key -> Python value (text as shown)."""
-        out = {}
-        for cell in self.notebook(name)["cells"]:
-            for o in cell.get("outputs", []):
-                key = o.get("metadata", {}).get("scrapbook", {}).get("name")
-                text = o.get("data", {}).get("application/papermill.record/text/plain")
-                if key and text is not None:
-                    out[key] = _glued_value(text)
-        return out
+        """Every value the chapter glued for its prose (see :func:`glued_values`)."""
+        return glued_values(self.notebook(name))
 
 
 @pytest.fixture(scope="session", params=OTHER_SEEDS, ids=[f"seed{s}-trials{t}" for s, t in OTHER_SEEDS])

@@ -1,3 +1,4 @@
+import json
 import re
 
 import numpy as np
@@ -134,3 +135,18 @@ def test_chapter_7_sentences(chapters_at_other_seeds):
     assert ("excludes the bursty" in sentence) == (low <= 0 <= high and not low <= bursty <= high)
     assert ("positively correlated" in sentence) == (low > 0)
     assert ("negatively correlated" in sentence) == (high < 0)
+
+
+@pytest.mark.slow
+def test_chapter_8_simulation_sentences(whole_book):
+    """Section 8.3's simulated sentences (chapter 8 is built once, in the whole-book build)."""
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    [nb] = sorted((whole_book.root / "book" / "chapters").glob("08-*.ipynb"))
+    from conftest import glued_values
+
+    g = glued_values(json.loads(nb.read_text()))
+    tops = [g[f"ch8_sim_tuned_max_{n}"] for n in ("constant", "bursty", "alternating")]
+    assert f"within {max(tops) - min(tops):.2f} of each other" in g["ch8_sim_converge"]
+    long_runs = "run long sequences of one-token cycles" in g["ch8_sim_hard_sentence"]
+    assert long_runs == (g["ch8_sim_ones_slow"] > g["ch8_sim_ones_median"])
+    assert f"{g['ch8_sim_ones_slow']:.0%}" in g["ch8_sim_hard_sentence"]
