@@ -22,8 +22,8 @@ cycles of a request, in draft order. Three families:
   once per **token position** as a Markov chain; the proposal at a position is accepted
   with the acceptance probability of the regime there. By default the regime is
   **carried across cycles** (``carry=True``): the next cycle starts at the position after
-  the last token the cycle emitted, so a cycle that ended at a rejection in a hard
-  stretch usually hands a hard stretch to the next one. The regime at the start of a
+  the last token the cycle emitted, so a cycle that ended at a rejection in a lasting
+  hard stretch hands that stretch to the next one. The regime at the start of a
   cycle is then itself a Markov chain (its kernel is :meth:`MarkovWorkload.cycle_kernel`)
   and the long-run tokens per cycle are a Markov renewal-reward average, computed
   exactly. With ``carry=False`` every cycle starts in a regime drawn afresh from
@@ -764,8 +764,10 @@ def cycle_dependence(accepted_lengths: Sequence[Sequence[int]], rng: np.random.G
                      resamples: int = 2000, confidence: float = 0.95) -> CycleDependence:
     """Is the accepted length of a cycle predictive of the next one's? Measured from cycles.
 
-    The carried-regime model predicts a positive correlation (a rejection hands a hard
-    stretch to the next cycle); a fresh-start or constant model predicts none. Pairs are
+    A carried regime whose stretches last predicts a positive correlation (a rejection
+    hands a hard stretch to the next cycle; :meth:`MarkovWorkload.cycle_correlation`
+    gives the exact value), alternating regimes a small negative one, and a fresh-start
+    or constant model none. Pairs are
     consecutive cycles of one request; the interval resamples whole requests, so the
     dependence between overlapping pairs of a request is respected. Requests with
     different acceptance levels add a positive between-request component: a positive
