@@ -7,13 +7,16 @@ One **cycle** of speculative decoding, from a confirmed prefix ``x``:
    proposal, so ``n_proposed <= gamma``.
 2. *Score.* The target evaluates ``p(. | x, d_1..d_{i-1})`` for every drafted position,
    and one more position ``p(. | x, d_1..d_k)``, in one causal pass.
-3. *Verify.* Proposals are tested in order with the token-level rule
-   (:func:`specdec.token.speculative_accept`, ``u < p(d_i) / q(d_i)``). The accepted
+3. *Verify.* Proposals are tested in order (``u < p(d_i) / q(d_i)``). The accepted
    prefix is kept. At the first rejection, a token is drawn from the residual
-   ``(p - q)^+ / Z`` of that position (:func:`specdec.token.draw_residual`) and every later
-   proposal is discarded: it was conditioned on a token that is not in the text.
+   ``(p - q)^+ / Z`` of that position and every later proposal is discarded: it was
+   conditioned on a token that is not in the text.
 4. *Bonus.* If all ``k`` proposals are accepted and the last is not EOS, one extra token is
    drawn from the target's law at the next position ``p(. | x, d_1..d_k)``.
+
+Steps 3 and 4 are the kernel :func:`specdec.verify.verify`, called by the scalar cycle
+(:func:`speculative_cycle`, :func:`generate`) with one row and by the vectorised engines
+(:func:`simulate_cycles`, :func:`simulate_generation`) with one row per cycle.
 5. *Roll back.* Model caches keep only the emitted tokens; the unconfirmed tail is dropped.
 
 A cycle therefore emits between 1 and ``gamma + 1`` tokens (fewer when EOS ends it), and
@@ -48,6 +51,7 @@ from . import token as _token
 from .laws import LawError, check_int, tv_distance
 from .models import ToyModel, check_prefix
 from .models import sequence_law as _target_sequence_law
+from .verify import check_rng, draw, verify
 
 __all__ = [
     "VARIANTS",
@@ -72,7 +76,6 @@ __all__ = [
     "accepted_prefix_length",
     "account",
     "account_counts",
-    "residual_rows",
 ]
 
 #: Every block algorithm known to :func:`block_sequence_law`, :func:`speculative_cycle`
@@ -107,14 +110,6 @@ def _check_models(target, draft) -> None:
         raise LawError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
     if draft.eos != target.eos:
         raise LawError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
-
-
-def _check_rng(rng) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise LawError(
-            f"rng: must be a numpy.random.Generator, e.g. np.random.default_rng(seed) (got {type(rng).__name__})"
-        )
-    return rng
 
 
 # --------------------------------------------------------------------------------------
@@ -253,14 +248,6 @@ class GenerationBatch:
 # --------------------------------------------------------------------------------------
 
 
-def _draw(law: np.ndarray, u: float) -> int:
-    """Inverse-CDF draw of one token; only tokens of positive probability are returned."""
-    c = np.cumsum(law)
-    last = int(np.flatnonzero(law > 0)[-1])
-    c[last:] = 1.0
-    return int(np.searchsorted(c, u, side="right"))
-
-
 def _sample_cycle(target: ToyModel, draft: ToyModel, ctx: tuple, stale: tuple, gamma: int,
                   rng: np.random.Generator, variant: str):
     """One cycle of ``variant``; returns the result and the proposals with their draft context."""
@@ -278,34 +265,26 @@ def _sample_cycle(target: ToyModel, draft: ToyModel, ctx: tuple, stale: tuple, g
             qr = draft.next_law(cj) if variant == "stale_proposals" else draft.next_law(src)
         else:
             qr = draft.next_law(cj)
-            x, src = _draw(qr, rng.random()), cj
+            x, src = draw(qr, rng.random()), cj
         props.append(x)
         srcs.append(src)
         qlaws.append(qr)
         if stop_at_eos and x == eos:
             break
     k = len(props)
-    # 2. the target scores every drafted position and the next one
+    # 2. the target scores every drafted position and the next one (no bonus after an EOS;
+    #    under the bug, the bonus is drawn from the last drafted position's law)
     plaws = [target.next_law(ctx + tuple(props[:j])) for j in range(k + 1)]
-    # 3. verify in order
-    n_acc = 0
-    for j in range(k):
-        x = props[j]
-        if _token.speculative_accept(float(plaws[j][x]), float(qlaws[j][x]), rng.random()):
-            n_acc += 1
-        else:
-            break
-    if n_acc < k:
-        r = _token.draw_residual(plaws[n_acc], qlaws[n_acc], rng)
-        emitted, bonus = tuple(props[:n_acc]) + (r,), False
-    elif stop_at_eos and props[-1] == eos:
-        emitted, bonus = tuple(props), False
-    else:
-        # 4. bonus token from the next position (or, under the bug, the last drafted one)
-        law = plaws[k - 1] if variant == "bonus_wrong_position" else plaws[k]
-        emitted, bonus = tuple(props) + (_draw(law, rng.random()),), True
+    if stop_at_eos and props[-1] == eos:
+        plaws.pop()
+    elif variant == "bonus_wrong_position":
+        plaws[k] = plaws[k - 1]
+    # 3.-4. verify in order: residual at the first rejection, bonus if all were accepted
+    out = verify(np.array(plaws)[None], np.array(qlaws)[None], np.array([props]), rng=rng)
+    n_acc = int(out.n_accepted[0])
+    emitted = tuple(out.tokens[0, :out.n_emitted[0]].tolist())
     res = CycleResult(emitted=emitted, drafted=tuple(props), n_accepted=n_acc, n_proposed=k,
-                      hit_eos=eos is not None and eos in emitted, bonus=bonus)
+                      hit_eos=eos is not None and eos in emitted, bonus=bool(out.bonus[0]))
     return res, tuple(zip(props, srcs))
 
 
@@ -326,11 +305,12 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
     """Run one speculative cycle from ``prefix`` (reference implementation, one sequence).
 
     The steps are those of the module docstring: draft ``gamma`` tokens (stopping after an
-    EOS proposal), let the target score every position, accept the longest prefix that
-    passes :func:`specdec.token.speculative_accept`, replace the first rejected proposal by
-    a draw from :func:`specdec.token.draw_residual`, append one target token when all are
-    accepted, never emit past EOS. Random numbers are consumed in this order: one uniform
-    per fresh proposal, one per verified position, one for the residual or bonus draw.
+    EOS proposal), let the target score every position, and verify with the kernel
+    :func:`specdec.verify.verify` (longest accepted prefix, a residual draw at the first
+    rejection, one target token when all are accepted), never emitting past EOS. Random
+    numbers are consumed in this order: one uniform per fresh proposal, one per proposal
+    for the accept tests (all drawn at once, as the kernel does), one for the residual
+    or bonus draw.
 
     Parameters
     ----------
@@ -371,7 +351,7 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
     _check_models(target, draft)
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
-    _check_rng(rng)
+    rng = check_rng(rng)
     variant = _check_variant(variant)
     res, _ = _sample_cycle(target, draft, ctx, (), gamma, rng, variant)
     return res
@@ -423,7 +403,7 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)
-    _check_rng(rng)
+    rng = check_rng(rng)
     variant = _check_variant(variant)
     eos = target.eos
     ctx, stale, text, cycles = prompt, (), (), []
@@ -440,34 +420,6 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
 # --------------------------------------------------------------------------------------
 
 
-def residual_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Row-wise :func:`specdec.token.residual` for the vectorised engine.
-
-    Parameters
-    ----------
-    p, q : numpy.ndarray, shape (n, V)
-        Target and draft laws, one pair per row (assumed valid).
-
-    Returns
-    -------
-    numpy.ndarray, shape (n, V)
-        ``(p - q)^+ / Z`` per row, and ``p`` where ``Z == 0`` (the same convention as
-        :func:`specdec.token.residual`, with which it agrees row by row; see the tests).
-    """
-    plus = np.maximum(p - q, 0.0)
-    z = plus.sum(axis=1, keepdims=True)
-    return np.where(z > 0, plus / np.where(z > 0, z, 1.0), p)
-
-
-def _draw_rows(laws: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draw per row of ``laws`` (n, V) with uniforms ``u`` (n,)."""
-    c = np.cumsum(laws, axis=1)
-    v = laws.shape[1]
-    last = v - 1 - np.argmax(laws[:, ::-1] > 0, axis=1)
-    c[np.arange(v)[None, :] >= last[:, None]] = 1.0
-    return (c <= u[:, None]).sum(axis=1)
-
-
 def _batch_cycle(target: ToyModel, draft: ToyModel, buf: np.ndarray, lens: np.ndarray, gamma: int,
                  rng: np.random.Generator):
     """One correct cycle for every row of ``buf`` (modified in place); returns per-row arrays."""
@@ -481,7 +433,7 @@ def _batch_cycle(target: ToyModel, draft: ToyModel, buf: np.ndarray, lens: np.nd
     n_prop = np.zeros(n, dtype=np.int64)
     for j in range(gamma):
         ql = draft.next_law_batch(buf, lens + j)
-        x = _draw_rows(ql, rng.random(n))
+        x = draw(ql, rng.random(n))
         buf[rows, lens + j] = x
         props[:, j] = x
         qlaws[:, j] = ql
@@ -490,22 +442,11 @@ def _batch_cycle(target: ToyModel, draft: ToyModel, buf: np.ndarray, lens: np.nd
     plaws = np.empty((n, gamma + 1, v))
     for j in range(gamma + 1):  # the target scores every drafted position and the next one
         plaws[:, j] = target.next_law_batch(buf, lens + j)
-    cols = np.arange(gamma)
-    px = plaws[rows[:, None], cols[None, :], props]
-    qx = qlaws[rows[:, None], cols[None, :], props]
-    ok = _token.speculative_accept(px, qx, rng.random((n, gamma))) & (cols[None, :] < n_prop[:, None])
-    n_acc = accepted_prefix_length(ok)
-    rejected = n_acc < n_prop
-    eos_stop = ~rejected & (props[rows, n_prop - 1] == eos)
-    bonus = ~rejected & ~eos_stop
-    extra = np.full(n, -1, dtype=np.int64)
-    u = rng.random(n)
-    if rejected.any():
-        r = rows[rejected]
-        extra[r] = _draw_rows(residual_rows(plaws[r, n_acc[r]], qlaws[r, n_acc[r]]), u[r])
-    if bonus.any():
-        b = rows[bonus]
-        extra[b] = _draw_rows(plaws[b, n_prop[b]], u[b])
+    out = verify(plaws, qlaws, props, n_prop, rng)
+    n_acc = out.n_accepted
+    eos_stop = out.bonus & (props[rows, n_prop - 1] == eos)
+    bonus = out.bonus & ~eos_stop
+    extra = out.tokens[rows, n_acc]
     has_extra = ~eos_stop
     buf[rows[has_extra], (lens + n_acc)[has_extra]] = extra[has_extra]
     n_emit = n_acc + has_extra
@@ -518,8 +459,7 @@ def _check_batch_args(target, draft, prefix, gamma, n, rng):
     prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     n = check_int(n, "n", minimum=1)
-    _check_rng(rng)
-    return prompt, gamma, n
+    return prompt, gamma, n, check_rng(rng)
 
 
 def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: int,
@@ -561,7 +501,7 @@ def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: in
     >>> b.emitted.shape, bool((b.n_emitted >= 1).all() and (b.n_emitted <= 5).all())
     ((1000, 5), True)
     """
-    prompt, gamma, n = _check_batch_args(target, draft, prefix, gamma, n, rng)
+    prompt, gamma, n, rng = _check_batch_args(target, draft, prefix, gamma, n, rng)
     chunk = check_int(chunk, "chunk", minimum=1)
     parts = []
     for start in range(0, n, chunk):
@@ -621,7 +561,7 @@ def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, l
     >>> g.tokens.shape, int(g.n_cycles.sum()) == g.n_emitted.size
     ((500, 6), True)
     """
-    prompt, gamma, n = _check_batch_args(target, draft, prefix, gamma, n, rng)
+    prompt, gamma, n, rng = _check_batch_args(target, draft, prefix, gamma, n, rng)
     length = check_int(length, "length", minimum=1)
     chunk = check_int(chunk, "chunk", minimum=1)
     parts = [_generation_chunk(target, draft, prompt, gamma, length, min(chunk, n - start), rng)

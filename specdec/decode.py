@@ -9,15 +9,15 @@ decoder is the algorithm of Leviathan et al. (2023):
 1. the draft proposes gamma tokens autoregressively, each sampled from its law q;
 2. the target scores the confirmed tail and the gamma proposals in **one** forward pass
    (gamma + 1 positions), giving the target laws p at every proposal and one more;
-3. proposals are accepted left to right with :func:`specdec.token.speculative_accept`;
-   at the first rejection a token is drawn from the residual with
-   :func:`specdec.token.draw_residual` and the cycle ends; if all gamma are accepted, a
-   bonus token is drawn from the target law after the last proposal;
+3. proposals are accepted left to right; at the first rejection a token is drawn from
+   the residual and the cycle ends; if all gamma are accepted, a bonus token is drawn
+   from the target law after the last proposal (the kernel :func:`specdec.verify.verify`,
+   one row per live request);
 4. both caches are rolled back (:meth:`specdec.nn.KVCache.truncate`) to the confirmed
    prefix; the draft's proposals after a rejection are discarded, never reused.
 
-The acceptance test and the residual draw are the library's token-level rule: there is
-no second implementation of the acceptance step here.
+The verification is the library's kernel: there is no second implementation of the
+acceptance step here, and every token is drawn with :func:`specdec.verify.draw`.
 
 Time stamps: every decoder takes a ``clock`` (default :func:`time.perf_counter`) and
 records when each token became available to the caller, so the measurement harness
@@ -43,12 +43,12 @@ import numpy as np
 
 from . import laws, token
 from .nn import KVCache, Transformer, decode as decode_bytes, encode
+from .verify import check_rng, draw, verify
 
 __all__ = [
     "SamplingSettings",
     "Decoded",
     "as_prompts",
-    "sample_from",
     "autoregressive",
     "speculative",
     "target_sequence_law",
@@ -201,32 +201,6 @@ def as_prompts(prompts) -> list[np.ndarray]:
     return out
 
 
-def sample_from(law: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token from a probability vector by inversion of one uniform.
-
-    Parameters
-    ----------
-    law : numpy.ndarray, shape (V,)
-        A probability vector (as returned by :func:`specdec.laws.sampling_law`).
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    int
-        A token with positive probability.
-
-    Examples
-    --------
-    >>> sample_from(np.array([0.0, 1.0, 0.0]), np.random.default_rng(0))
-    1
-    """
-    cdf = np.cumsum(law)
-    x = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    if x >= law.shape[0] or law[x] <= 0:      # rounding at the top end
-        x = int(np.flatnonzero(law > 0)[-1])
-    return x
-
-
 def _pad(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     if len(rows) == 1 and rows[0]:              # batch 1, the latency-critical case
         return np.array(rows, dtype=np.int64), np.array([len(rows[0])], dtype=np.int64)
@@ -277,7 +251,9 @@ def autoregressive(model: Transformer, prompts, max_new_tokens: int, rng: np.ran
         One prompt per request; all are decoded together (batch B).
     max_new_tokens : int
         Tokens emitted per request (no early stop).
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator or int
+        Source of randomness (a seed makes a fresh Generator, see
+        :func:`specdec.verify.check_rng`).
     settings : SamplingSettings
     clock : callable returning seconds
 
@@ -289,8 +265,11 @@ def autoregressive(model: Transformer, prompts, max_new_tokens: int, rng: np.ran
     ------
     ValueError
         Bad prompts, ``max_new_tokens < 1``, or a sequence that would exceed the context.
+    TypeError
+        ``rng`` neither a Generator nor a seed.
     """
     max_new_tokens = laws.check_int(max_new_tokens, "max_new_tokens", minimum=1)
+    rng = check_rng(rng)
     prompts = as_prompts(prompts)
     _check_budget(model, prompts, max_new_tokens, 0)
     b = len(prompts)
@@ -307,7 +286,7 @@ def autoregressive(model: Transformer, prompts, max_new_tokens: int, rng: np.ran
             logits = model.forward(np.array([[o[-1]] for o in out]), cache)[:, -1]
             t_target += clock() - t0
         for i in range(b):
-            out[i].append(sample_from(settings.law(logits[i]), rng))
+            out[i].append(draw(settings.law(logits[i]), rng.random()))
         now = clock()
         for i in range(b):
             times[i].append(now)
@@ -353,7 +332,8 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
         Tokens emitted per request; the last cycle's surplus is cut.
     gamma : int
         Draft length, ``>= 1``.
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator or int
+        Source of randomness (see :func:`specdec.verify.check_rng`).
     settings : SamplingSettings
         Applied to both models' logits.
     clock : callable returning seconds
@@ -367,6 +347,8 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
     ValueError
         Mismatched vocabularies, bad prompts, ``gamma < 1``, ``max_new_tokens < 1``,
         or a sequence that would exceed either model's context.
+    TypeError
+        ``rng`` neither a Generator nor a seed.
 
     References
     ----------
@@ -374,6 +356,7 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
     """
     gamma = laws.check_int(gamma, "gamma", minimum=1)
     max_new_tokens = laws.check_int(max_new_tokens, "max_new_tokens", minimum=1)
+    rng = check_rng(rng)
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError(f"draft: vocabulary size {draft.config.vocab_size} does not match "
                          f"the target ({target.config.vocab_size})")
@@ -404,8 +387,8 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
             passes["draft"] += clock() - t0
             passes["draft_passes"] += 1
             q_now = settings.laws(logits[np.arange(n), lengths - 1])     # (n, V)
-            for j in range(n):
-                props[j].append(sample_from(q_now[j], rng))
+            for j, x_j in enumerate(draw(q_now, rng.random(n)).tolist()):
+                props[j].append(x_j)
                 qs[j].append(q_now[j])
         # 2. the target scores pending tokens + gamma proposals in one pass
         feed = [(rows[r].seq + props[j])[int(tcache.lengths[j]):] for j, r in enumerate(live)]
@@ -414,24 +397,16 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
         logits = target.forward(x, tcache, lengths=lengths)
         passes["target"] += clock() - t0
         passes["target_passes"] += 1
-        # 3. accept / correct, left to right, with the library's token-level rule
+        # 3. accept / correct / bonus, every live row at once, with the library's kernel
+        off = lengths - gamma - 1                # logits index of the law at proposal 0
+        at = off[:, None] + np.arange(gamma + 1)
+        p_all = settings.laws(logits[np.arange(n)[:, None], at].reshape(n * (gamma + 1), -1))
+        out = verify(p_all.reshape(n, gamma + 1, -1), np.array(qs), np.array(props), rng=rng)
         keep_t = np.empty(n, dtype=np.int64)
         for j, r in enumerate(live):
             row = rows[r]
-            off = int(lengths[j]) - gamma - 1    # logits index of the law at proposal 0
-            p_all = settings.laws(logits[j, off:off + gamma + 1])      # (gamma + 1, V)
-            new: list[int] = []
-            for i in range(gamma):
-                p = p_all[i]
-                xi = props[j][i]
-                if token.speculative_accept(float(p[xi]), float(qs[j][i][xi]), rng.random()):
-                    new.append(xi)
-                else:
-                    new.append(int(token.draw_residual(p, qs[j][i], rng)))
-                    break
-            else:
-                new.append(sample_from(p_all[gamma], rng))
-            n_acc = len(new) - 1
+            n_acc = int(out.n_accepted[j])
+            new = out.tokens[j, :n_acc + 1].tolist()
             row.cycles += 1
             row.proposed += gamma
             row.accepted += n_acc

@@ -44,6 +44,7 @@ from typing import Callable
 import numpy as np
 
 from specdec import laws, simulate, token
+from specdec.verify import draw, speculative_accept, verify
 from specdec.conformance import block_sampler, token_sampler
 
 __all__ = [
@@ -67,29 +68,20 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------
-# Small helpers (vectorised inverse-CDF draws, and the verification of proposals)
+# Small helpers (every correct verification goes through the kernel specdec.verify.verify)
 # --------------------------------------------------------------------------------------
 
 
-def _draw(law: np.ndarray, u):
-    """Inverse CDF: token y owns ``[cdf(y-1), cdf(y))``; never a token of probability 0."""
-    cdf = np.cumsum(law)
-    cdf[np.flatnonzero(law > 0)[-1]:] = 1.0
-    return np.searchsorted(cdf, u, side="right")
-
-
 def _verify(p: np.ndarray, q: np.ndarray, x: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Accept each proposal ``x`` with ``u < p(x)/q(x)``; replace rejections by residual draws.
+    """Verify ``n`` one-token drafts ``x`` against one pair of laws; no bonus token.
 
     ``p`` and ``q`` are the laws *the verifier believes in*; the bugs below feed it the
-    wrong ones.
+    wrong ones. Returns the emitted tokens and whether each was the accepted proposal.
     """
-    accepted = token.speculative_accept(p[x], q[x], rng.random(x.size))
-    out = x.astype(np.int64, copy=True)
-    rejected = np.flatnonzero(~accepted)
-    if rejected.size:
-        out[rejected] = _draw(token.residual(p, q), rng.random(rejected.size))
-    return out, accepted
+    n = x.size
+    out = verify(np.broadcast_to(p, (n, 1, p.size)), np.broadcast_to(q, (n, 1, q.size)),
+                 x.reshape(n, 1), rng=rng)
+    return out.tokens[:, 0], out.n_accepted == 1
 
 
 def _processed(logits, settings) -> np.ndarray:
@@ -126,7 +118,7 @@ def vectorised_correct(p, q, rng, n):
     >>> tokens.shape, accepted.dtype
     ((4,), dtype('bool'))
     """
-    x = _draw(q, rng.random(n))
+    x = draw(q, rng.random(n))
     return _verify(p, q, x, rng)
 
 
@@ -156,7 +148,7 @@ def processed_correct(target_logits, draft_logits, rng, n, *, temperature=1.0, t
     """
     settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     p, q = _processed(target_logits, settings), _processed(draft_logits, settings)
-    return _verify(p, q, _draw(q, rng.random(n)), rng)
+    return _verify(p, q, draw(q, rng.random(n)), rng)
 
 
 # --------------------------------------------------------------------------------------
@@ -171,11 +163,11 @@ def always_accept(p, q, rng):
     Typical cause: a comparison that is vacuous (``u <= max(1, p/q)``), or an accept flag
     initialised to ``True`` and never updated. Caught whenever ``q != p``.
     """
-    x = int(_draw(q, rng.random()))
+    x = int(draw(q, rng.random()))
     u = rng.random()
     if u <= max(1.0, p[x] / q[x]):  # BUG: max instead of min; the test is always true
         return x
-    return token.draw_residual(p, q, rng)
+    return int(draw(token.residual(p, q), rng.random()))
 
 
 @token_sampler(vectorised=True, inputs="logits")
@@ -204,7 +196,7 @@ def truncated_draft(target_logits, draft_logits, rng, n, *, temperature=1.0, top
     settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     p, q = _processed(target_logits, settings), _processed(draft_logits, settings)
     q_untruncated = laws.softmax(draft_logits, temperature)  # BUG: the ratio's q
-    return _verify(p, q_untruncated, _draw(q, rng.random(n)), rng)
+    return _verify(p, q_untruncated, draw(q, rng.random(n)), rng)
 
 
 @token_sampler(vectorised=True, inputs="logits")
@@ -218,7 +210,7 @@ def untempered_target(target_logits, draft_logits, rng, n, *, temperature=1.0, t
     settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     p_t1 = _processed(target_logits, dict(settings, temperature=1.0))  # BUG: temperature lost
     q = _processed(draft_logits, settings)
-    return _verify(p_t1, q, _draw(q, rng.random(n)), rng)
+    return _verify(p_t1, q, draw(q, rng.random(n)), rng)
 
 
 @token_sampler
@@ -229,12 +221,12 @@ def drop_rejected(p, q, rng):
     back to ``p``; it is the same mistake. The recovery must be the residual
     ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, "drop_rejected")``.
     """
-    x = int(_draw(q, rng.random()))
-    if token.speculative_accept(p[x], q[x], rng.random()):
+    x = int(draw(q, rng.random()))
+    if speculative_accept(p[x], q[x], rng.random()):
         return x
     rest = np.array(p, dtype=np.float64)
     rest[x] = 0.0  # BUG: should be the residual (p - q)^+ / Z
-    return int(_draw(rest / rest.sum(), rng.random()))
+    return int(draw(rest / rest.sum(), rng.random()))
 
 
 @token_sampler
@@ -247,11 +239,11 @@ def shared_uniform(p, q, rng):
     case is built to show it. Exact law: ``specdec.token.output_law(p, q,
     "shared_uniform")``.
     """
-    x = int(_draw(q, rng.random()))
+    x = int(draw(q, rng.random()))
     u = rng.random()
-    if token.speculative_accept(p[x], q[x], u):
+    if speculative_accept(p[x], q[x], u):
         return x
-    return int(_draw(token.residual(p, q), u))  # BUG: u is not a fresh uniform
+    return int(draw(token.residual(p, q), u))  # BUG: u is not a fresh uniform
 
 
 # --------------------------------------------------------------------------------------
@@ -263,23 +255,22 @@ def _propose(draft, context: tuple, k: int, rng) -> list[int]:
     """Draft up to ``k`` tokens autoregressively after ``context`` (stop after end-of-sequence)."""
     tokens: list[int] = []
     while len(tokens) < k and (draft.eos is None or draft.eos not in tokens):
-        tokens.append(int(_draw(draft.next_law(context + tuple(tokens)), rng.random())))
+        tokens.append(int(draw(draft.next_law(context + tuple(tokens)), rng.random())))
     return tokens
 
 
-def _verify_block(ps: list, qs: list, proposals: list[int], rng, eos) -> tuple[list[int], int]:
-    """Verify proposals in order; residual at the first rejection; bonus if all accepted.
+def _verify_block(ps: list, qs: list, proposals: list[int], rng, eos, u_accept=None):
+    """Verify one cycle's proposals with the kernel; no bonus token after an end-of-sequence.
 
     ``ps[i]`` and ``qs[i]`` are the target and draft laws the verifier uses at position
     ``i`` (``ps`` has one more entry, for the bonus token). Returns the emitted tokens and
     the number of accepted proposals.
     """
-    for i, x in enumerate(proposals):
-        if not token.speculative_accept(ps[i][x], qs[i][x], rng.random()):
-            return proposals[:i] + [token.draw_residual(ps[i], qs[i], rng)], i
     if eos is not None and proposals[-1] == eos:        # the text ended: no bonus token
-        return list(proposals), len(proposals)
-    return proposals + [int(_draw(ps[len(proposals)], rng.random()))], len(proposals)
+        ps = ps[:-1]
+    out = verify(np.array(ps)[None], np.array(qs)[None], np.array([proposals]), rng=rng,
+                 u_accept=u_accept)
+    return out.tokens[0, :out.n_emitted[0]].tolist(), int(out.n_accepted[0])
 
 
 @block_sampler
@@ -373,15 +364,10 @@ def overcounting_cycle(target, draft, prefix, gamma, rng):
     k = len(proposals)
     qs = [draft.next_law(prefix + tuple(proposals[:i])) for i in range(k)]
     ps = [target.next_law(prefix + tuple(proposals[:i])) for i in range(k + 1)]
-    passed = [token.speculative_accept(ps[i][x], qs[i][x], rng.random())
+    u = rng.random((1, k))
+    passed = [speculative_accept(ps[i][x], qs[i][x], u[0, i])
               for i, x in enumerate(proposals)]                  # every position is tested
-    n_acc = passed.index(False) if False in passed else k
-    if n_acc < k:
-        emitted = proposals[:n_acc] + [token.draw_residual(ps[n_acc], qs[n_acc], rng)]
-    elif target.eos is not None and proposals[-1] == target.eos:
-        emitted = proposals
-    else:
-        emitted = proposals + [int(_draw(ps[k], rng.random()))]
+    emitted, n_acc = _verify_block(ps, qs, proposals, rng, target.eos, u_accept=u)
     return emitted, sum(passed), k                               # BUG: should be n_acc
 
 

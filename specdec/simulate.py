@@ -58,17 +58,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .laws import LawError, check_int, check_pair
-from .token import (
-    ARTICLE_P,
-    ARTICLE_Q,
-    _cdf,
-    _check_rng,
-    _check_rule,
-    output_law,
-    residual,
-    rule_parts,
-    speculative_accept,
-)
+from .token import ARTICLE_P, ARTICLE_Q, _check_rule, output_law, residual, rule_parts
+from .verify import cdf, check_rng, draw, speculative_accept
 
 __all__ = [
     "ARTICLE_SEED",
@@ -140,9 +131,9 @@ def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[str, ...]) -> _Plan:
     shared = None
     if "shared_uniform" in rules:
         a_std, _ = rule_parts(p, q, "correct")
-        shared = _cdf(residual(p, q))
+        shared = cdf(residual(p, q))
 
-    qc = _cdf(q)
+    qc = cdf(q)
     starts = np.concatenate(([0.0], qc[:-1]))
     cell_x: list[int] = []
     cell_mid: list[float] = []
@@ -180,7 +171,7 @@ def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[str, ...]) -> _Plan:
         rejected = np.where(acc, -1, cx)
         if rule == "shared_uniform":
             # the recovery is the residual's inverse CDF at the same accept uniform
-            y = np.searchsorted(shared, mid, side="right")
+            y = draw(residual(p, q), mid)
             direct = np.where(acc, cx, y)
             rejected = np.full(cx.size, -1)
             recovery = None
@@ -214,8 +205,8 @@ def _categorical_counts(law: np.ndarray, k: int, rng: np.random.Generator, ubuf:
     if support.size == 1:
         out[support[0]] = k
         return out
-    cdf = _cdf(law)
-    edges = cdf[support[:-1]].astype(ubuf.dtype)
+    c = cdf(law)
+    edges = c[support[:-1]].astype(ubuf.dtype)
     done = 0
     while done < k:
         n = min(k - done, ubuf.size)
@@ -284,7 +275,7 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
     p, q = check_pair(p, q)
     trials = check_int(trials, "trials", minimum=1)
     chunk = check_int(chunk, "chunk", minimum=1)
-    _check_rng(rng)
+    rng = check_rng(rng)
     rules = _check_rules(rules)
     dt = _check_dtype(dtype)
     plan = _build_plan(p, q, rules)
@@ -358,7 +349,7 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
     """
     p, q = check_pair(p, q)
     trials = check_int(trials, "trials", minimum=1, maximum=10**8)
-    _check_rng(rng)
+    rng = check_rng(rng)
     rules = _check_rules(rules)
     plan = _build_plan(p, q, rules)
     u = rng.random(trials)
@@ -366,7 +357,7 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
     out: dict[str, np.ndarray] = {}
     for rule, rp in plan.rules.items():
         if rp.independent is not None:
-            out[rule] = np.searchsorted(_cdf(rp.independent), rng.random(trials), side="right")
+            out[rule] = draw(rp.independent, rng.random(trials))
             continue
         tokens = rp.direct[cell].astype(np.int64)
         if rp.recovery is not None:
@@ -374,11 +365,11 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
             hit = np.flatnonzero(rej_x >= 0)
             fresh = rng.random(hit.size)
             if rp.recovery.ndim == 1:
-                tokens[hit] = np.searchsorted(_cdf(rp.recovery), fresh, side="right")
+                tokens[hit] = draw(rp.recovery, fresh)
             else:
                 for x in np.unique(rej_x[hit]):
                     sel = rej_x[hit] == x
-                    tokens[hit[sel]] = np.searchsorted(_cdf(rp.recovery[x]), fresh[sel], side="right")
+                    tokens[hit[sel]] = draw(rp.recovery[x], fresh[sel])
         out[rule] = tokens
     return out
 
@@ -433,7 +424,7 @@ def article_reference_run(trials: int = ARTICLE_TRIALS, seed: int = ARTICLE_SEED
 
     1. propose ``x`` with ``rng.choices(symbols, weights=q)``;
     2. draw the accept uniform ``u = rng.random()`` on every trial and accept if
-       ``u < min(1, p(x)/q(x))`` (via :func:`specdec.token.speculative_accept`); an
+       ``u < min(1, p(x)/q(x))`` (via :func:`specdec.verify.speculative_accept`); an
        accepted ``x`` is emitted by both variants;
     3. only after a rejection, draw the correct variant's recovery from the residual with
        ``rng.choices(symbols, weights=r)`` (this consumes a uniform even when the residual

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .laws import LawError, check_law, check_pair, sampling_law, softmax
+from .verify import cdf, check_rng, draw, speculative_accept, verify
 
 __all__ = [
     "ARTICLE_P",
@@ -50,8 +51,6 @@ __all__ = [
     "output_law",
     "m_plus_r_raw",
     "logits_ratio_law",
-    "speculative_accept",
-    "draw_residual",
     "sample_step",
 ]
 
@@ -78,32 +77,6 @@ def _check_rule(rule: str) -> str:
     if rule not in RULES:
         raise LawError(f"rule: must be one of {', '.join(RULES)} (got {rule!r})")
     return rule
-
-
-def _check_rng(rng) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise LawError(
-            f"rng: must be a numpy.random.Generator, e.g. np.random.default_rng(seed) "
-            f"(got {type(rng).__name__})"
-        )
-    return rng
-
-
-def _cdf(law: np.ndarray) -> np.ndarray:
-    """Cumulative sums of a law, with the last positive entry (and after) set to 1.
-
-    Rounding can leave ``cumsum(law)[-1]`` slightly below 1; forcing the end to 1 makes
-    the inverse CDF of any ``u`` in [0, 1) land on a token of positive probability.
-    """
-    c = np.cumsum(law)
-    pos = np.flatnonzero(law > 0)
-    c[pos[-1]:] = 1.0
-    return c
-
-
-def _inverse_cdf(cdf: np.ndarray, u: float) -> int:
-    """Smallest token y with ``cdf[y] > u``: token y owns ``[cdf[y-1], cdf[y])``."""
-    return int(np.searchsorted(cdf, u, side="right"))
 
 
 def acceptance_probabilities(p, q) -> np.ndarray:
@@ -421,7 +394,7 @@ def _shared_uniform_recovery(a: np.ndarray, r: np.ndarray) -> np.ndarray:
     of ``[a(x), 1) ∩ [c(y-1), c(y))`` divided by ``1 - a(x)``.
     """
     v = a.size
-    hi = _cdf(r)
+    hi = cdf(r)
     lo = np.concatenate(([0.0], hi[:-1]))
     out = np.tile(r, (v, 1))  # rows with a(x) == 1 are never used
     for x in range(v):
@@ -694,88 +667,6 @@ def logits_ratio_law(target_logits, draft_logits, *, ratio_on: str = "processed"
     return mixture_law(q, accept, rec)
 
 
-def speculative_accept(p_x, q_x, u):
-    """The accept test of speculative sampling: ``u < p(x) / q(x)``.
-
-    This is the one acceptance rule of the repository: the real-model decoder, the block
-    code and the reference protocols call it. It is evaluated as ``u * q_x < p_x``, which
-    for ``q_x > 0`` is the event ``u < p_x / q_x`` without a division; because ``u`` is
-    drawn from [0, 1), that event has probability ``min(1, p_x / q_x)``, so no explicit
-    clip is needed. A token actually drawn from ``q`` has ``q_x > 0``; for ``q_x == 0``
-    the result is ``True`` (consistent with :func:`acceptance_probabilities`) and no
-    division by zero can occur.
-
-    Parameters
-    ----------
-    p_x, q_x : float or array_like
-        Target and draft probabilities of the proposed token(s).
-    u : float or array_like
-        Uniform draw(s) on [0, 1); broadcast against ``p_x`` and ``q_x``.
-
-    Returns
-    -------
-    bool or numpy.ndarray of bool
-        A Python ``bool`` for scalar inputs, a boolean array otherwise.
-
-    Notes
-    -----
-    No validation is performed: this sits in the hot loop of samplers. Validate laws
-    once with :func:`specdec.laws.check_pair`.
-
-    References
-    ----------
-    Leviathan et al. (2023), Algorithm 1 (``r < p_i(x)/q_i(x)``); Chen et al. (2023),
-    Algorithm 2.
-
-    Examples
-    --------
-    >>> speculative_accept(0.3, 0.5, 0.59), speculative_accept(0.3, 0.5, 0.61)
-    (True, False)
-    >>> speculative_accept(np.array([0.5, 0.3]), np.array([0.2, 0.5]), np.array([0.99, 0.7]))
-    array([ True, False])
-    """
-    if type(u) is float and type(p_x) is float and type(q_x) is float:  # fast path
-        return q_x == 0.0 or u * q_x < p_x
-    if np.ndim(p_x) == 0 and np.ndim(q_x) == 0 and np.ndim(u) == 0:
-        return bool(q_x == 0 or u * q_x < p_x)
-    q_arr = np.asarray(q_x)
-    return (np.asarray(u) * q_arr < np.asarray(p_x)) | (q_arr == 0)
-
-
-def draw_residual(p, q, rng: np.random.Generator) -> int:
-    """Draw one token from the residual ``(p - q)^+ / Z`` (the correct recovery).
-
-    Parameters
-    ----------
-    p, q : array_like, shape (V,)
-        Target and draft laws.
-    rng : numpy.random.Generator
-        Consumes exactly one ``rng.random()``.
-
-    Returns
-    -------
-    int
-        Token id, always one with ``p(x) > q(x)`` (or, when ``Z == 0``, a draw from
-        ``p``, see :func:`residual`).
-
-    Raises
-    ------
-    LawError
-        Invalid laws or ``rng`` not a Generator.
-
-    References
-    ----------
-    Leviathan et al. (2023), Sec. 2.3.
-
-    Examples
-    --------
-    >>> draw_residual([0.5, 0.3, 0.2], [0.2, 0.5, 0.3], np.random.default_rng(0))
-    0
-    """
-    _check_rng(rng)
-    return _inverse_cdf(_cdf(residual(p, q)), rng.random())
-
-
 def sample_step(p, q, rng: np.random.Generator, rule: str = "correct") -> int:
     """Reference sampler: one step under one rule, written for reading, not speed.
 
@@ -816,10 +707,12 @@ def sample_step(p, q, rng: np.random.Generator, rule: str = "correct") -> int:
     """
     p, q = check_pair(p, q)
     _check_rule(rule)
-    _check_rng(rng)
+    rng = check_rng(rng)
     if rule == "m_plus_r":
-        return _inverse_cdf(_cdf(output_law(p, q, "m_plus_r")), rng.random())
-    x = _inverse_cdf(_cdf(q), rng.random())
+        return draw(output_law(p, q, "m_plus_r"), rng.random())
+    x = draw(q, rng.random())
+    if rule == "correct":
+        return int(verify(p[None, None], q[None, None], [[x]], rng=rng).tokens[0, 0])
     u = rng.random()
     if rule == "unclipped_ratio":
         accepted = u < p[x] / q[x]
@@ -829,14 +722,14 @@ def sample_step(p, q, rng: np.random.Generator, rule: str = "correct") -> int:
         accepted = speculative_accept(p[x], q[x], u)
     if accepted:
         return x
-    if rule in ("correct", "unclipped_ratio", "inverted_ratio"):
-        return draw_residual(p, q, rng)
+    if rule in ("unclipped_ratio", "inverted_ratio"):
+        return draw(residual(p, q), rng.random())
     if rule == "fallback_p":
-        return _inverse_cdf(_cdf(p), rng.random())
+        return draw(p, rng.random())
     if rule == "resample_q":
-        return _inverse_cdf(_cdf(q), rng.random())
+        return draw(q, rng.random())
     if rule == "drop_rejected":
         _, rows = rule_parts(p, q, "drop_rejected")
-        return _inverse_cdf(_cdf(rows[x]), rng.random())
+        return draw(rows[x], rng.random())
     # shared_uniform: the same u, now known to lie in [a(x), 1)
-    return _inverse_cdf(_cdf(residual(p, q)), u)
+    return draw(residual(p, q), u)

@@ -22,7 +22,6 @@ from specdec.block import (
     cycle_length_law,
     generate,
     law_tv,
-    residual_rows,
     simulate_cycles,
     simulate_generation,
     speculative_cycle,
@@ -251,16 +250,6 @@ def test_vectorised_cycles_follow_exact_cycle_laws(gamma):
     assert ((b.emitted >= 0).sum(axis=1) == b.n_emitted).all()
 
 
-def test_residual_rows_match_token_residual():
-    rng = np.random.default_rng(0)
-    p = rng.dirichlet(np.ones(5), size=50)
-    q = rng.dirichlet(np.ones(5), size=50)
-    q[:5] = p[:5]  # Z = 0 rows: the convention returns p
-    got = residual_rows(p, q)
-    for i in range(50):
-        assert np.allclose(got[i], token.residual(p[i], q[i]), atol=1e-15)
-
-
 # ----------------------------------------------------------------- cycle invariants
 
 
@@ -295,17 +284,18 @@ def test_generate_is_reproducible_and_truncates():
     assert total >= len(a.tokens)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(gamma=0), "gamma"),
-    (dict(variant="nope"), "variant"),
-    (dict(rng=np.random.RandomState(0)), "rng"),
-    (dict(prefix=(3,)), "end-of-sequence"),
-    (dict(prefix=(9,)), "prefix"),
+@pytest.mark.parametrize("bad, error, match", [
+    (dict(gamma=0), LawError, "gamma"),
+    (dict(variant="nope"), LawError, "variant"),
+    (dict(rng=np.random.RandomState(0)), TypeError, "rng"),
+    (dict(rng=-1), ValueError, "rng"),
+    (dict(prefix=(3,)), LawError, "end-of-sequence"),
+    (dict(prefix=(9,)), LawError, "prefix"),
 ])
-def test_cycle_validation(bad, match):
+def test_cycle_validation(bad, error, match):
     p, q = toy_pair()
     kw = dict(prefix=(), gamma=2, rng=np.random.default_rng(0), variant="correct") | bad
-    with pytest.raises(LawError, match=match):
+    with pytest.raises(error, match=match):
         speculative_cycle(p, q, kw["prefix"], kw["gamma"], kw["rng"], variant=kw["variant"])
 
 

@@ -23,17 +23,7 @@ from specdec.laws import (
 # ------------------------------------------------------------------ strategies
 
 
-@st.composite
-def laws(draw, size=None, min_size=1, max_size=8):
-    """Probability vectors, including zeros and one-hot vectors."""
-    v = draw(st.integers(min_size, max_size)) if size is None else size
-    w = draw(arrays(np.float64, v, elements=st.one_of(st.just(0.0), st.floats(1e-3, 1.0))))
-    if w.sum() == 0:
-        w[draw(st.integers(0, v - 1))] = 1.0
-    return w / w.sum()
-
-
-logit_vectors = arrays(np.float64, st.integers(1, 8), elements=st.floats(-20, 20))
+from strategies import laws, logit_vectors  # noqa: E402
 
 
 # ------------------------------------------------------------------ validation
