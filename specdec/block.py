@@ -23,11 +23,12 @@ A cycle therefore emits between 1 and ``gamma + 1`` tokens (fewer when EOS ends 
 the emitted sequence has exactly the law of sampling from the target alone. This module
 checks that claim **exactly** (by enumerating every draft trajectory and every
 accept/reject branch) and shows what four realistic bugs do to the law. See
-:data:`VARIANTS` and :func:`block_sequence_law` for their precise definitions.
+:mod:`specdec.flaws` (the cycle rules, one object per bug) and :func:`block_sequence_law`
+for their precise definitions.
 
 Sequences follow the convention of :func:`specdec.models.sequence_law`: tuples of token
 ids after the prompt, truncated to the requested length; a sequence ends at its first EOS
-(except under the ``"emit_after_eos"`` bug, whose output may continue after an EOS).
+(except under the ``EMIT_AFTER_EOS`` bug, whose output may continue after an EOS).
 
 References
 ----------
@@ -49,14 +50,11 @@ import numpy as np
 
 from . import token as _token
 from .laws import LawError, check_int, tv_distance
+from .flaws import CORRECT_CYCLE, CycleRule, check_cycle_rule
 from .models import ToyModel, check_prefix
-from .models import sequence_law as _target_sequence_law
 from .verify import check_rng, draw, verify
 
 __all__ = [
-    "VARIANTS",
-    "FLAWED_VARIANTS",
-    "EXACT_VARIANTS",
     "CycleResult",
     "Generation",
     "CycleBatch",
@@ -67,8 +65,6 @@ __all__ = [
     "simulate_cycles",
     "simulate_generation",
     "block_sequence_law",
-    "sequence_law",
-    "target_sequence_law",
     "cycle_length_law",
     "accepted_count_law",
     "law_tv",
@@ -77,30 +73,6 @@ __all__ = [
     "account",
     "account_counts",
 ]
-
-#: Every block algorithm known to :func:`block_sequence_law`, :func:`speculative_cycle`
-#: and :func:`generate`. See :func:`block_sequence_law` for the definitions.
-VARIANTS: tuple[str, ...] = (
-    "correct",
-    "stale_proposals",
-    "no_rollback",
-    "bonus_wrong_position",
-    "emit_after_eos",
-    "stale_original_q",
-)
-#: The realistic bugs: each changes the law of the emitted sequence.
-FLAWED_VARIANTS: tuple[str, ...] = ("stale_proposals", "no_rollback", "bonus_wrong_position", "emit_after_eos")
-#: Variants whose emitted sequence has exactly the target's law.
-EXACT_VARIANTS: tuple[str, ...] = ("correct", "stale_original_q")
-
-_STATEFUL = ("stale_proposals", "no_rollback", "stale_original_q")
-
-
-def _check_variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise LawError(f"variant: must be one of {VARIANTS} (got {variant!r})")
-    return variant
-
 
 def _check_models(target, draft) -> None:
     for nm, m in (("target", target), ("draft", draft)):
@@ -249,10 +221,10 @@ class GenerationBatch:
 
 
 def _sample_cycle(target: ToyModel, draft: ToyModel, ctx: tuple, stale: tuple, gamma: int,
-                  rng: np.random.Generator, variant: str):
+                  rng: np.random.Generator, variant: CycleRule):
     """One cycle of ``variant``; returns the result and the proposals with their draft context."""
     eos = target.eos
-    stop_at_eos = variant != "emit_after_eos"
+    stop_at_eos = variant.stops_at_eos
     props: list[int] = []
     srcs: list[tuple] = []
     qlaws: list[np.ndarray] = []
@@ -262,7 +234,7 @@ def _sample_cycle(target: ToyModel, draft: ToyModel, ctx: tuple, stale: tuple, g
         j = len(props)
         if j < len(stale):
             x, src = stale[j]
-            qr = draft.next_law(cj) if variant == "stale_proposals" else draft.next_law(src)
+            qr = draft.next_law(variant.stale_q_context(cj, src))
         else:
             qr = draft.next_law(cj)
             x, src = draw(qr, rng.random()), cj
@@ -277,8 +249,8 @@ def _sample_cycle(target: ToyModel, draft: ToyModel, ctx: tuple, stale: tuple, g
     plaws = [target.next_law(ctx + tuple(props[:j])) for j in range(k + 1)]
     if stop_at_eos and props[-1] == eos:
         plaws.pop()
-    elif variant == "bonus_wrong_position":
-        plaws[k] = plaws[k - 1]
+    else:
+        plaws[k] = plaws[variant.bonus_index(k)]
     # 3.-4. verify in order: residual at the first rejection, bonus if all were accepted
     out = verify(np.array(plaws)[None], np.array(qlaws)[None], np.array([props]), rng=rng)
     n_acc = int(out.n_accepted[0])
@@ -288,20 +260,8 @@ def _sample_cycle(target: ToyModel, draft: ToyModel, ctx: tuple, stale: tuple, g
     return res, tuple(zip(props, srcs))
 
 
-def _next_state(variant: str, ctx: tuple, emitted: tuple, drafted, n_acc: int):
-    """Model context and stale queue after a cycle (5. roll back, or the bugs)."""
-    n_prop = len(drafted)
-    if n_acc < n_prop and variant == "no_rollback":
-        return ctx + tuple(t for t, _ in drafted) + (emitted[-1],), ()
-    if n_acc < n_prop and variant == "stale_proposals":
-        return ctx + emitted, tuple((t, None) for t, _ in drafted[n_acc + 1:])
-    if n_acc < n_prop and variant == "stale_original_q":
-        return ctx + emitted, tuple(drafted[n_acc + 1:])
-    return ctx + emitted, ()
-
-
 def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng: np.random.Generator,
-                      *, variant: str = "correct") -> CycleResult:
+                      *, variant: CycleRule = CORRECT_CYCLE) -> CycleResult:
     """Run one speculative cycle from ``prefix`` (reference implementation, one sequence).
 
     The steps are those of the module docstring: draft ``gamma`` tokens (stopping after an
@@ -322,10 +282,11 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
         Draft length (>= 1).
     rng : numpy.random.Generator
         Source of randomness.
-    variant : str
-        One of :data:`VARIANTS`. A single cycle from a fresh state is identical under
-        ``"correct"``, ``"no_rollback"`` and the stale variants (they differ only in the
-        state handed to the *next* cycle; use :func:`generate`).
+    variant : specdec.flaws.CycleRule
+        :data:`specdec.flaws.CORRECT_CYCLE` (default) or a rule of
+        :data:`specdec.flaws.CYCLE_RULES`. A single cycle from a fresh state is identical
+        under the correct cycle, ``NO_ROLLBACK`` and the stale rules (they differ only in
+        the state handed to the *next* cycle; use :func:`generate`).
 
     Returns
     -------
@@ -334,7 +295,9 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
     Raises
     ------
     LawError
-        Invalid models, prefix, gamma, rng or variant.
+        Invalid models, prefix or gamma.
+    TypeError
+        ``variant`` not a cycle rule, ``rng`` neither a Generator nor a seed.
 
     References
     ----------
@@ -352,19 +315,19 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     rng = check_rng(rng)
-    variant = _check_variant(variant)
+    variant = check_cycle_rule(variant)
     res, _ = _sample_cycle(target, draft, ctx, (), gamma, rng, variant)
     return res
 
 
 def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, rng: np.random.Generator,
-             *, variant: str = "correct") -> Generation:
+             *, variant: CycleRule = CORRECT_CYCLE) -> Generation:
     """Generate up to ``length`` tokens by repeated speculative cycles.
 
     Cycles run until at least ``length`` tokens are emitted or an EOS is emitted; the
     returned tokens are the first ``length`` (the output of the last cycle may be cut).
-    Under the stateful bugs (``"stale_proposals"``, ``"no_rollback"``) and under
-    ``"stale_original_q"`` each cycle hands its discarded proposals to the next one as
+    Under the stateful bugs (``STALE_PROPOSALS``, ``NO_ROLLBACK``) and under
+    ``STALE_ORIGINAL_Q`` each cycle hands its discarded proposals to the next one as
     defined in :func:`block_sequence_law`.
 
     Parameters
@@ -379,8 +342,9 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
         Number of tokens wanted (>= 1).
     rng : numpy.random.Generator
         Source of randomness.
-    variant : str
-        One of :data:`VARIANTS`.
+    variant : specdec.flaws.CycleRule
+        :data:`specdec.flaws.CORRECT_CYCLE` (default) or a rule of
+        :data:`specdec.flaws.CYCLE_RULES`.
 
     Returns
     -------
@@ -404,13 +368,13 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)
     rng = check_rng(rng)
-    variant = _check_variant(variant)
+    variant = check_cycle_rule(variant)
     eos = target.eos
     ctx, stale, text, cycles = prompt, (), (), []
     while len(text) < length and (eos is None or eos not in text):
         res, drafted = _sample_cycle(target, draft, ctx, stale, gamma, rng, variant)
         cycles.append(res)
-        ctx, stale = _next_state(variant, ctx, res.emitted, drafted, res.n_accepted)
+        ctx, stale = variant.next_state(ctx, res.emitted, drafted, res.n_accepted)
         text += res.emitted
     return Generation(tokens=text[:length], cycles=tuple(cycles))
 
@@ -522,7 +486,7 @@ def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, l
                         rng: np.random.Generator, *, chunk: int = 2**16) -> GenerationBatch:
     """``n`` independent generations of up to ``length`` tokens, vectorised with numpy.
 
-    Every sequence runs correct cycles (as :func:`generate` with ``variant="correct"``)
+    Every sequence runs correct cycles (as :func:`generate` with the correct cycle)
     until it has ``length`` tokens or has emitted EOS; all unfinished sequences advance by
     one cycle per numpy step.
 
@@ -655,7 +619,7 @@ def _support(law: np.ndarray):
     return [(t, w) for t, w in enumerate(law.tolist()) if w > 0]
 
 
-def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant: str, eos, need):
+def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant: CycleRule, eos, need):
     """Enumerate one cycle: yields ``(prob, emitted, drafted, n_accepted, bonus)``.
 
     ``drafted`` is a tuple of ``(token, draft_context)`` pairs (``None`` when the outcome
@@ -663,15 +627,15 @@ def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant
     Proposals are enumerated interleaved with their verification; proposals after a
     rejection are enumerated only when the variant carries them into the next state.
     """
-    stop_at_eos = variant != "emit_after_eos"
-    keep_tail = variant in _STATEFUL
+    stop_at_eos = variant.stops_at_eos
+    keep_tail = variant.carries_proposals
     out = []
 
     def proposal(j, cj):
         """Branches ``(token, weight, q_context_for_ratio, source_context)`` at position j."""
         if j < len(stale):
             x, src = stale[j]
-            qctx = cj if variant == "stale_proposals" else src
+            qctx = variant.stale_q_context(cj, src)
             return [(x, 1.0, qctx, src)]
         return [(x, w, cj, cj) for x, w in steps.q(cj)]
 
@@ -692,7 +656,7 @@ def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant
             if stop_at_eos and j > 0 and props[-1] == eos:
                 out.append((prob, props, drafted, j, False))
                 return
-            law = steps.p(ctx + props[:-1]) if variant == "bonus_wrong_position" else steps.p(cj)
+            law = steps.p(ctx + props[:variant.bonus_index(j)])
             for b, w in law:
                 out.append((prob * w, props + (b,), drafted, j, True))
             return
@@ -730,7 +694,7 @@ def _canonical(target: ToyModel, draft: ToyModel):
 
 
 def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
-                       variant: str = "correct") -> dict[tuple[int, ...], float]:
+                       variant: CycleRule = CORRECT_CYCLE) -> dict[tuple[int, ...], float]:
     """Exact law of the first ``length`` tokens emitted by repeated speculative cycles.
 
     Sums, in floating point, over every draft trajectory and every accept/reject branch
@@ -743,9 +707,9 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
 
     Variants (precise definitions; the first is the algorithm of the module docstring):
 
-    ``"correct"``
+    ``CORRECT_CYCLE``
         As in the module docstring.
-    ``"stale_proposals"``
+    ``STALE_PROPOSALS``
         After a rejection at position ``i`` of a cycle with proposals ``d_1..d_k``, the
         next cycle does not redraft: its first proposals are the stale ``d_{i+1}..d_k``
         (drawn from ``q`` conditioned on the *rejected* ``d_i``), followed by fresh
@@ -754,24 +718,24 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
         residual ``(p - q(. | text))^+`` (the draft model re-scores them on the corrected
         text). The proposal's real law and the law in the ratio differ, so the output law
         is wrong.
-    ``"stale_original_q"``
+    ``STALE_ORIGINAL_Q``
         Same reuse, but each stale token keeps the draft law it was actually drawn from
         (ratio and residual use ``q(. | old context)``). Not a bug: the acceptance test is
         valid for *any* proposal law as long as the ratio uses the law the proposal was
         really drawn from, so this variant is exact. It shows what the previous bug breaks.
-    ``"no_rollback"``
+    ``NO_ROLLBACK``
         After a rejection at position ``i``, the caches are not cropped: both models keep
         every proposal ``d_1..d_k`` of the cycle in their context and the corrected token is
         appended after them. The emitted text is correct for this cycle
         (``d_1..d_{i-1}, r``), but every later law is computed from the polluted context
         ``(context, d_1..d_k, r)`` (its last tokens and its length, i.e. the position, are
         wrong). After a fully accepted cycle the contexts agree again.
-    ``"bonus_wrong_position"``
+    ``BONUS_WRONG_POSITION``
         When all ``gamma`` proposals are accepted (and the last is not EOS), the extra token
         is drawn from the target law of the last *drafted* position,
         ``p(. | x, d_1..d_{gamma-1})`` (the row that scored ``d_gamma``: an off-by-one in
         the logits index), instead of ``p(. | x, d_1..d_gamma)``.
-    ``"emit_after_eos"``
+    ``EMIT_AFTER_EOS``
         Drafting does not stop at EOS and the cycle does not end at an accepted EOS: all
         ``gamma`` positions are verified as usual and everything the cycle emits is kept,
         including tokens after an accepted EOS (and a bonus when all are accepted).
@@ -789,8 +753,9 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
         Draft length (>= 1).
     length : int
         Number of emitted tokens whose law is computed (>= 1).
-    variant : str
-        One of :data:`VARIANTS`.
+    variant : specdec.flaws.CycleRule
+        :data:`specdec.flaws.CORRECT_CYCLE` (default) or a rule of
+        :data:`specdec.flaws.CYCLE_RULES`.
 
     Returns
     -------
@@ -820,7 +785,7 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
     prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)
-    variant = _check_variant(variant)
+    variant = check_cycle_rule(variant)
     eos = target.eos
     steps = _Steps(target, draft)
     canon = _canonical(target, draft)
@@ -839,7 +804,7 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
                 if len(text2) >= length or (eos is not None and eos in text2):
                     law[text2[:length]] += prob * pr
                     continue
-                ctx2, stale2 = _next_state(variant, ctx, emitted, drafted, n_acc)
+                ctx2, stale2 = variant.next_state(ctx, emitted, drafted, n_acc)
                 ctx2 = canon(ctx2)
                 stale2 = tuple((t, None if src is None else canon(src)) for t, src in stale2)
                 buckets[len(text2)][(text2, ctx2, stale2)] += prob * pr
@@ -847,31 +812,16 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
     return dict(law)
 
 
-def sequence_law(target: ToyModel, draft: ToyModel, gamma: int, length: int, variant: str = "correct",
-                 *, prefix=()) -> dict[tuple[int, ...], float]:
-    """:func:`block_sequence_law` with the prompt as a keyword (empty by default)."""
-    return block_sequence_law(target, draft, prefix, gamma, length, variant)
-
-
-def target_sequence_law(target: ToyModel, prefix, length: int) -> dict[tuple[int, ...], float]:
-    """Law of the next ``length`` tokens sampled from the target alone.
-
-    Same as :func:`specdec.models.sequence_law`; the reference every exact variant of
-    :func:`block_sequence_law` must equal.
-    """
-    return _target_sequence_law(target, prefix, length)
-
-
 def _cycle_table(target, draft, prefix, gamma, variant):
     _check_models(target, draft)
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
-    variant = _check_variant(variant)
+    variant = check_cycle_rule(variant)
     steps = _Steps(target, draft)
     return gamma, _cycle_outcomes(steps, ctx, (), gamma, variant, target.eos, np.inf)
 
 
-def cycle_length_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, variant: str = "correct") -> np.ndarray:
+def cycle_length_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, variant: CycleRule = CORRECT_CYCLE) -> np.ndarray:
     """Exact law of the number of tokens one cycle emits from ``prefix``.
 
     Parameters
@@ -882,8 +832,8 @@ def cycle_length_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, vari
         Confirmed context (no EOS).
     gamma : int
         Draft length (>= 1).
-    variant : str
-        One of :data:`VARIANTS` (a single cycle from a fresh state).
+    variant : specdec.flaws.CycleRule
+        A rule of :data:`specdec.flaws.CYCLE_RULES` (a single cycle from a fresh state).
 
     Returns
     -------
@@ -906,7 +856,7 @@ def cycle_length_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, vari
     return law
 
 
-def accepted_count_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, variant: str = "correct") -> np.ndarray:
+def accepted_count_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, variant: CycleRule = CORRECT_CYCLE) -> np.ndarray:
     """Exact law of the number of accepted proposals in one cycle from ``prefix``.
 
     Returns

@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from specdec import laws, simulate, token
+from specdec import flaws, laws, simulate, token
 from specdec.verify import draw, speculative_accept, verify
 from specdec.conformance import block_sampler, token_sampler
 
@@ -125,7 +125,7 @@ def vectorised_correct(p, q, rng, n):
 @token_sampler(vectorised=True)
 def library_vectorised(p, q, rng, n):
     """The library's vectorised engine (:func:`specdec.simulate.simulate_tokens`), rule "correct"."""
-    return simulate.simulate_tokens(p, q, n, rng, rules=("correct",))["correct"]
+    return simulate.simulate_tokens(p, q, n, rng, rules=(flaws.CORRECT,))["correct"]
 
 
 @token_sampler(vectorised=True, inputs="logits")
@@ -219,7 +219,7 @@ def drop_rejected(p, q, rng):
 
     "Do not give the rejected token a second chance" sounds like a refinement of falling
     back to ``p``; it is the same mistake. The recovery must be the residual
-    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, "drop_rejected")``.
+    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, flaws.DROP_REJECTED)``.
     """
     x = int(draw(q, rng.random()))
     if speculative_accept(p[x], q[x], rng.random()):
@@ -237,7 +237,7 @@ def shared_uniform(p, q, rng):
     so the inverse-CDF draw favours the residual's last tokens. Invisible when the
     residual is a point mass (the article's example); the battery's ``spread_residual``
     case is built to show it. Exact law: ``specdec.token.output_law(p, q,
-    "shared_uniform")``.
+    flaws.SHARED_UNIFORM)``.
     """
     x = int(draw(q, rng.random()))
     u = rng.random()
@@ -283,8 +283,8 @@ class StaleProposals:
     (corrected) context, as a draft forward pass over the proposed block would. The ratio
     then uses a law the tokens were not drawn from. (Reusing them *with* the probabilities
     they were drawn with would be exact: any proposal mechanism is, if the ratio uses its
-    true conditional law. ``specdec.block`` calls that variant ``"stale_original_q"``; this
-    bug is its ``"stale_proposals"``.)
+    true conditional law. ``specdec.flaws`` calls that cycle rule ``STALE_ORIGINAL_Q``; this
+    bug is its ``STALE_PROPOSALS``.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
     proposed)``; ``reset()`` forgets the leftovers (the kit calls it before every decode).
@@ -317,7 +317,7 @@ class NoRollback:
     appended; this sampler forgets to, so every later target law is conditioned on a
     context with rejected tokens in it (the wrong last tokens and the wrong position).
     The draft's cache is rolled back correctly, and the emitted text looks right; its law
-    is not. (``specdec.block``'s ``"no_rollback"`` variant forgets both caches.)
+    is not. (``specdec.flaws.NO_ROLLBACK`` forgets both caches.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
     proposed)``; ``reset()`` empties the cache (the kit calls it before every decode).
@@ -461,7 +461,7 @@ def _exact_stale(case) -> dict:
     from specdec import block
 
     return block.block_sequence_law(case.target, case.draft, case.prefix, case.gamma, case.length,
-                                    "stale_proposals")
+                                    flaws.STALE_PROPOSALS)
 
 
 def _exact_target(case):
@@ -500,9 +500,9 @@ BUGS: tuple[GalleryEntry, ...] = (
                  "token", _exact_untempered),
     GalleryEntry("drop_rejected", 5, "recovery: p without the rejected token",
                  lambda: drop_rejected, "token",
-                 lambda case: token.output_law(case.p, case.q, "drop_rejected")),
+                 lambda case: token.output_law(case.p, case.q, flaws.DROP_REJECTED)),
     GalleryEntry("shared_uniform", 6, "one uniform for test and residual", lambda: shared_uniform,
-                 "token", lambda case: token.output_law(case.p, case.q, "shared_uniform")),
+                 "token", lambda case: token.output_law(case.p, case.q, flaws.SHARED_UNIFORM)),
     GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposals, "block",
                  _exact_stale),
     GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollback, "block"),

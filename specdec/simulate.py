@@ -20,9 +20,9 @@ inside that piece, ``u = (U - start_x) / q(x)``, is uniform on [0, 1) and indepe
 therefore split into an accepted part of length ``q(x) a(x) = m(x)`` and a rejected part
 of length ``q(x) - m(x)``, and counting the trials in each of the ``2V`` cells gives the
 proposal and the accept decision at once. Rules with another acceptance probability
-(``"inverted_ratio"``) add their own cut points to the same pieces.
+(``INVERTED_RATIO``) add their own cut points to the same pieces.
 
-``"shared_uniform"`` genuinely reuses the accept uniform: on a rejection its recovery is
+``SHARED_UNIFORM`` genuinely reuses the accept uniform: on a rejection its recovery is
 the residual's inverse CDF evaluated at the same ``u`` (which then lies in ``[a(x), 1)``),
 so its outcome is a deterministic function of ``U`` and it is counted by adding the
 residual's CDF points, mapped into the rejected part of each piece, as further cut
@@ -31,11 +31,19 @@ silently repair the bug; this engine does not do that.)
 
 Rules whose recovery does not depend on ``U`` draw one fresh uniform per *rejected*
 trial: a categorical draw from the recovery law (the same law for every rejection for
-``"correct"``, ``"fallback_p"``, ``"resample_q"``, ``"unclipped_ratio"``,
-``"inverted_ratio"``; the row of the rejected proposal for ``"drop_rejected"``). A
-recovery law with a single support point needs no uniform. ``"m_plus_r"`` is not a
-procedure; it is simulated by one independent categorical draw per trial from its
-normalised law.
+``CORRECT``, ``FALLBACK_P``, ``RESAMPLE_Q``, ``UNCLIPPED_RATIO``, ``INVERTED_RATIO``;
+the law after the rejected proposal for ``DROP_REJECTED``). A recovery law with a single
+support point needs no uniform. ``M_PLUS_R`` is not a procedure; it is simulated by one
+independent categorical draw per trial from its normalised law. Rules are the objects of
+:mod:`specdec.flaws`; results are keyed by their ``name``.
+
+These engines count trials in cells of the unit interval, which is what makes them
+fast (hundreds of millions of trials per second, ``make bench``); they do not sample row
+by row and so do not call the verification kernel :func:`specdec.verify.verify`. Their
+tests check them against the exact laws, and every inverse-CDF draw here is
+:func:`specdec.verify.draw`. Rules whose recovery depends on the proposal
+(``DROP_REJECTED``, ``SHARED_UNIFORM``) cost up to V x V work here and are refused above
+:data:`MAX_VOCAB_PER_PROPOSAL_RECOVERY`; their exact laws cost O(V) at any V.
 
 Counts are accumulated chunk by chunk in preallocated buffers, so memory does not grow
 with the number of trials. With the default ``dtype=np.float32`` the uniforms lie on the
@@ -58,7 +66,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .laws import LawError, check_int, check_pair
-from .token import ARTICLE_P, ARTICLE_Q, _check_rule, output_law, residual, rule_parts
+from . import flaws
+from .token import ARTICLE_P, ARTICLE_Q, residual
 from .verify import cdf, check_rng, draw, speculative_accept
 
 __all__ = [
@@ -80,12 +89,23 @@ ARTICLE_TRIALS: int = 200_000
 _COMPARE_LIMIT = 24
 
 
+#: Largest vocabulary for rules whose recovery depends on the rejected proposal or reuses
+#: the accept uniform (``DROP_REJECTED``, ``SHARED_UNIFORM``): their plans cost up to V x V
+#: numbers of work (one recovery law per rejected proposal, or the residual's CDF points in
+#: every proposal's piece). Their exact laws (``output_law``) have no such limit.
+MAX_VOCAB_PER_PROPOSAL_RECOVERY = 4096
+
+
 @dataclass(frozen=True)
 class _RulePlan:
+    rule: flaws.StepRule
     direct: np.ndarray  # (cells,) token emitted directly by the cell, or -1
     rejected: np.ndarray  # (cells,) proposal rejected in the cell (needs a recovery draw), or -1
-    recovery: np.ndarray | None  # (V,) or (V, V) recovery law(s) for rejected cells
-    independent: np.ndarray | None = None  # m_plus_r: law of an independent draw per trial
+    recovery: np.ndarray | None  # (V,) recovery law for every rejection, None if per proposal
+    independent: np.ndarray | None = None  # a rule that does not propose: law of one draw
+
+    def recovery_after(self, p: np.ndarray, q: np.ndarray, x: int) -> np.ndarray:
+        return self.recovery if self.recovery is not None else self.rule.recovery(p, q, x)
 
 
 @dataclass(frozen=True)
@@ -95,43 +115,42 @@ class _Plan:
     rules: dict[str, _RulePlan]
 
 
-def _check_rules(rules) -> tuple[str, ...]:
-    if isinstance(rules, str):
+def _check_rules(rules, v: int) -> tuple[flaws.StepRule, ...]:
+    if isinstance(rules, flaws.StepRule):
         rules = (rules,)
     try:
         rules = tuple(rules)
     except TypeError:
-        raise LawError(f"rules: must be a sequence of rule names (got {rules!r})") from None
+        raise TypeError(f"rules: must be a sequence of step rules of specdec.flaws (got {rules!r})") from None
     if not rules:
-        raise LawError("rules: must name at least one rule")
+        raise ValueError("rules: must name at least one rule")
     for r in rules:
-        if not isinstance(r, str):
-            raise LawError(f"rules: entries must be rule names (got {r!r})")
-        _check_rule(r)
+        flaws.check_step_rule(r, "rules")
+        if (r.recovery_depends_on_proposal or r.reuses_accept_uniform) and v > MAX_VOCAB_PER_PROPOSAL_RECOVERY:
+            raise ValueError(
+                f"rules: {r.name} needs up to V x V numbers in the Monte Carlo engines and V = {v} "
+                f"exceeds {MAX_VOCAB_PER_PROPOSAL_RECOVERY}; its exact law "
+                "(specdec.token.output_law) works at any V")
+    if len({r.name for r in rules}) != len(set(rules)):
+        raise ValueError("rules: two different rules share one name")
     return tuple(dict.fromkeys(rules))
 
 
 def _check_dtype(dtype) -> np.dtype:
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise LawError(f"dtype: must be float32 or float64 (got {dt})")
+        raise ValueError(f"dtype: must be float32 or float64 (got {dt})")
     return dt
 
 
-def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[str, ...]) -> _Plan:
+def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[flaws.StepRule, ...]) -> _Plan:
     """Cut [0, 1) into cells on which every rule's outcome is determined or a rejection."""
     v = p.size
-    thresholds: dict[str, np.ndarray] = {}
-    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for rule in rules:
-        if rule == "m_plus_r":
-            continue
-        parts[rule] = rule_parts(p, q, rule)
-        thresholds[rule] = parts[rule][0]
-    shared = None
-    if "shared_uniform" in rules:
-        a_std, _ = rule_parts(p, q, "correct")
-        shared = cdf(residual(p, q))
+    thresholds = {rule: rule.acceptance(p, q) for rule in rules if rule.proposes}
+    shared = [rule for rule in rules if rule.reuses_accept_uniform]
+    if shared:
+        a_shared = thresholds[shared[0]]
+        r_cdf = cdf(residual(p, q))
 
     qc = cdf(q)
     starts = np.concatenate(([0.0], qc[:-1]))
@@ -144,9 +163,9 @@ def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[str, ...]) -> _Plan:
         cuts = {0.0, 1.0}
         for t in thresholds.values():
             cuts.add(float(t[x]))
-        if shared is not None:
-            a = float(a_std[x])
-            cuts.update(float(c) for c in shared if a < c < 1.0)
+        if shared:
+            a = float(a_shared[x])
+            cuts.update(float(c) for c in r_cdf if a < c < 1.0)
         cuts_arr = np.array(sorted(c for c in cuts if 0.0 <= c <= 1.0))
         width = qc[x] - starts[x]
         edges = starts[x] + width * cuts_arr
@@ -161,21 +180,20 @@ def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[str, ...]) -> _Plan:
 
     plans: dict[str, _RulePlan] = {}
     for rule in rules:
-        if rule == "m_plus_r":
-            plans[rule] = _RulePlan(direct=np.full(cx.size, -1), rejected=np.full(cx.size, -1),
-                                    recovery=None, independent=output_law(p, q, "m_plus_r"))
+        none = np.full(cx.size, -1)
+        if not rule.proposes:
+            plans[rule.name] = _RulePlan(rule, direct=none, rejected=none, recovery=None,
+                                         independent=rule.law(p, q))
             continue
-        accept, recovery = parts[rule]
-        acc = mid < accept[cx]
-        direct = np.where(acc, cx, -1)
-        rejected = np.where(acc, -1, cx)
-        if rule == "shared_uniform":
+        acc = mid < thresholds[rule][cx]
+        if rule.reuses_accept_uniform:
             # the recovery is the residual's inverse CDF at the same accept uniform
-            y = draw(residual(p, q), mid)
-            direct = np.where(acc, cx, y)
-            rejected = np.full(cx.size, -1)
-            recovery = None
-        plans[rule] = _RulePlan(direct=direct, rejected=rejected, recovery=recovery)
+            plans[rule.name] = _RulePlan(rule, direct=np.where(acc, cx, draw(residual(p, q), mid)),
+                                         rejected=none, recovery=None)
+            continue
+        recovery = None if rule.recovery_depends_on_proposal else rule.recovery(p, q)
+        plans[rule.name] = _RulePlan(rule, direct=np.where(acc, cx, -1), rejected=np.where(acc, -1, cx),
+                                     recovery=recovery)
     return _Plan(v=v, edges=edges, rules=plans)
 
 
@@ -222,7 +240,7 @@ def _weighted_bincount(index: np.ndarray, weights: np.ndarray, v: int) -> np.nda
 
 
 def simulate_step(p, q, trials: int, rng: np.random.Generator,
-                  rules=("correct", "fallback_p"), *, chunk: int = 2**20,
+                  rules=(flaws.CORRECT, flaws.FALLBACK_P), *, chunk: int = 2**20,
                   dtype=np.float32) -> dict[str, np.ndarray]:
     """Counts of emitted tokens over many independent steps, for several rules at once.
 
@@ -237,10 +255,10 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
         Target and draft laws.
     trials : int
         Number of independent steps, ``>= 1``.
-    rng : numpy.random.Generator
-        Source of randomness.
-    rules : sequence of str
-        Rules from :data:`specdec.token.RULES` (all are supported; ``"m_plus_r"`` is
+    rng : numpy.random.Generator or int
+        Source of randomness (see :func:`specdec.verify.check_rng`).
+    rules : sequence of specdec.flaws.StepRule
+        Rules of :data:`specdec.flaws.STEP_RULES` (all are supported; ``M_PLUS_R`` is
         simulated by an independent draw from its normalised law, see the module notes).
     chunk : int
         Trials per chunk; memory is about 9 bytes per trial of one chunk with
@@ -252,14 +270,18 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
     Returns
     -------
     dict of str to numpy.ndarray
-        ``counts[rule]`` has shape (V,), dtype int64, and sums to ``trials``. Its
+        ``counts[rule.name]`` has shape (V,), dtype int64, and sums to ``trials``. Its
         expectation is ``trials * output_law(p, q, rule)``.
 
     Raises
     ------
     LawError
-        Invalid laws, ``trials`` or ``chunk`` < 1, unknown rule, ``rng`` not a
-        Generator, unsupported ``dtype``.
+        Invalid laws, ``trials`` or ``chunk`` < 1.
+    ValueError
+        No rule, a proposal-dependent rule above the vocabulary limit, unsupported
+        ``dtype``, a negative seed.
+    TypeError
+        A rule that is not a step rule, ``rng`` neither a Generator nor a seed.
 
     References
     ----------
@@ -276,7 +298,7 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
     trials = check_int(trials, "trials", minimum=1)
     chunk = check_int(chunk, "chunk", minimum=1)
     rng = check_rng(rng)
-    rules = _check_rules(rules)
+    rules = _check_rules(rules, p.size)
     dt = _check_dtype(dtype)
     plan = _build_plan(p, q, rules)
     v = plan.v
@@ -285,34 +307,32 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
     ubuf = np.empty(size, dtype=dt)
     rbuf = np.empty(size, dtype=dt)
     scratch = np.empty(size, dtype=bool)
-    counts = {rule: np.zeros(v, dtype=np.int64) for rule in rules}
+    counts = {name: np.zeros(v, dtype=np.int64) for name in plan.rules}
     done = 0
     while done < trials:
         n = min(size, trials - done)
         u = rng.random(dtype=dt, out=ubuf[:n])
         cells = _count_cells(u, edges, scratch)
         weights = cells.astype(np.float64)
-        for rule, rp in plan.rules.items():
+        for name, rp in plan.rules.items():
             if rp.independent is not None:
-                counts[rule] += _categorical_counts(rp.independent, n, rng, rbuf, scratch)
+                counts[name] += _categorical_counts(rp.independent, n, rng, rbuf, scratch)
                 continue
-            counts[rule] += _weighted_bincount(rp.direct, weights, v)
-            if rp.recovery is None:
-                continue
+            counts[name] += _weighted_bincount(rp.direct, weights, v)
             rejections = _weighted_bincount(rp.rejected, weights, v)
-            if rp.recovery.ndim == 1:
-                counts[rule] += _categorical_counts(rp.recovery, int(rejections.sum()), rng,
+            if rp.recovery is not None:
+                counts[name] += _categorical_counts(rp.recovery, int(rejections.sum()), rng,
                                                     rbuf, scratch)
-            else:
-                for x in np.flatnonzero(rejections):
-                    counts[rule] += _categorical_counts(rp.recovery[x], int(rejections[x]), rng,
-                                                        rbuf, scratch)
+                continue
+            for x in np.flatnonzero(rejections):
+                counts[name] += _categorical_counts(rp.recovery_after(p, q, x), int(rejections[x]),
+                                                    rng, rbuf, scratch)
         done += n
     return counts
 
 
 def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
-                    rules=("correct", "fallback_p")) -> dict[str, np.ndarray]:
+                    rules=(flaws.CORRECT, flaws.FALLBACK_P)) -> dict[str, np.ndarray]:
     """The token emitted at every trial, for several rules on shared trials.
 
     Same coupling as :func:`simulate_step` (one uniform decides proposal and acceptance
@@ -326,56 +346,58 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
         Target and draft laws.
     trials : int
         Number of steps, in ``[1, 10**8]``.
-    rng : numpy.random.Generator
-        Source of randomness.
-    rules : sequence of str
-        Rules from :data:`specdec.token.RULES`.
+    rng : numpy.random.Generator or int
+        Source of randomness (see :func:`specdec.verify.check_rng`).
+    rules : sequence of specdec.flaws.StepRule
+        Rules of :data:`specdec.flaws.STEP_RULES`.
 
     Returns
     -------
     dict of str to numpy.ndarray
-        ``tokens[rule]`` has shape (trials,), dtype int64; token ids in ``[0, V)``.
+        ``tokens[rule.name]`` has shape (trials,), dtype int64; token ids in ``[0, V)``.
 
     Raises
     ------
     LawError
-        Invalid laws, ``trials`` out of range, unknown rule, ``rng`` not a Generator.
+        Invalid laws, ``trials`` out of range.
+    ValueError, TypeError
+        As :func:`simulate_step`.
 
     Examples
     --------
-    >>> out = simulate_tokens([0.5, 0.5], [0.5, 0.5], 5, np.random.default_rng(0), ["correct"])
+    >>> out = simulate_tokens([0.5, 0.5], [0.5, 0.5], 5, np.random.default_rng(0), [flaws.CORRECT])
     >>> out["correct"].shape
     (5,)
     """
     p, q = check_pair(p, q)
     trials = check_int(trials, "trials", minimum=1, maximum=10**8)
     rng = check_rng(rng)
-    rules = _check_rules(rules)
+    rules = _check_rules(rules, p.size)
     plan = _build_plan(p, q, rules)
     u = rng.random(trials)
     cell = np.searchsorted(plan.edges, u, side="right")
     out: dict[str, np.ndarray] = {}
-    for rule, rp in plan.rules.items():
+    for name, rp in plan.rules.items():
         if rp.independent is not None:
-            out[rule] = draw(rp.independent, rng.random(trials))
+            out[name] = draw(rp.independent, rng.random(trials))
             continue
         tokens = rp.direct[cell].astype(np.int64)
-        if rp.recovery is not None:
-            rej_x = rp.rejected[cell]
-            hit = np.flatnonzero(rej_x >= 0)
+        rej_x = rp.rejected[cell]
+        hit = np.flatnonzero(rej_x >= 0)
+        if not rp.rule.reuses_accept_uniform:
             fresh = rng.random(hit.size)
-            if rp.recovery.ndim == 1:
+            if rp.recovery is not None:
                 tokens[hit] = draw(rp.recovery, fresh)
             else:
                 for x in np.unique(rej_x[hit]):
                     sel = rej_x[hit] == x
-                    tokens[hit[sel]] = draw(rp.recovery[x], fresh[sel])
-        out[rule] = tokens
+                    tokens[hit[sel]] = draw(rp.recovery_after(p, q, x), fresh[sel])
+        out[name] = tokens
     return out
 
 
 def running_frequencies(p, q, trials: int, rng: np.random.Generator,
-                        rules=("correct", "fallback_p"), symbol: int = 0) -> dict[str, np.ndarray]:
+                        rules=(flaws.CORRECT, flaws.FALLBACK_P), symbol: int = 0) -> dict[str, np.ndarray]:
     """Running frequency of one symbol after 1, 2, ..., ``trials`` shared trials.
 
     Parameters
@@ -384,23 +406,23 @@ def running_frequencies(p, q, trials: int, rng: np.random.Generator,
         Target and draft laws.
     trials : int
         Number of steps, in ``[1, 10**8]`` (the output holds ``trials`` floats per rule).
-    rng : numpy.random.Generator
-        Source of randomness.
-    rules : sequence of str
-        Rules from :data:`specdec.token.RULES`, simulated on shared trials.
+    rng : numpy.random.Generator or int
+        Source of randomness (see :func:`specdec.verify.check_rng`).
+    rules : sequence of specdec.flaws.StepRule
+        Rules of :data:`specdec.flaws.STEP_RULES`, simulated on shared trials.
     symbol : int
         Token id whose frequency is tracked (0 = the article's A).
 
     Returns
     -------
     dict of str to numpy.ndarray
-        ``freq[rule][n - 1]`` is the fraction of the first ``n`` trials that emitted
+        ``freq[rule.name][n - 1]`` is the fraction of the first ``n`` trials that emitted
         ``symbol``; shape (trials,), float64. It converges to
         ``output_law(p, q, rule)[symbol]`` -- the wrong limit for a wrong rule.
 
     Raises
     ------
-    LawError
+    LawError, ValueError, TypeError
         As :func:`simulate_tokens`, or ``symbol`` outside ``[0, V)``.
 
     Examples

@@ -13,7 +13,7 @@ exactly ``p``:
 * ``p - m = (p - q)^+`` and ``sum_x (p - q)^+(x) = Z``, so ``m + Z r = p``.
 
 The law of one step is always a *mixture*: accepted mass plus rejection mass times a
-recovery law (:func:`mixture_law`). The plausible-but-wrong rules listed in :data:`RULES`
+recovery law (:func:`mixture_law`). The plausible-but-wrong rules of :mod:`specdec.flaws`
 change either the acceptance probability or the recovery law, and :func:`output_law`
 gives the exact law each one produces, so the damage can be measured in total variation
 rather than guessed from samples.
@@ -33,12 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .laws import LawError, check_law, check_pair, sampling_law, softmax
-from .verify import cdf, check_rng, draw, speculative_accept, verify
+from . import flaws
+from .verify import check_rng, residual_laws
 
 __all__ = [
     "ARTICLE_P",
     "ARTICLE_Q",
-    "RULES",
     "StepLaw",
     "acceptance_probabilities",
     "accepted_mass",
@@ -47,7 +47,6 @@ __all__ = [
     "residual",
     "step_law",
     "mixture_law",
-    "rule_parts",
     "output_law",
     "m_plus_r_raw",
     "logits_ratio_law",
@@ -58,26 +57,6 @@ __all__ = [
 ARTICLE_P: tuple[float, float, float] = (0.5, 0.3, 0.2)
 #: The article's worked example (symbols A, B, C): draft law q.
 ARTICLE_Q: tuple[float, float, float] = (0.2, 0.5, 0.3)
-
-#: Names of the step rules :func:`output_law` knows. ``"correct"`` is speculative
-#: sampling; every other rule is a plausible mistake (see :func:`output_law`).
-RULES: tuple[str, ...] = (
-    "correct",
-    "fallback_p",
-    "resample_q",
-    "drop_rejected",
-    "unclipped_ratio",
-    "m_plus_r",
-    "shared_uniform",
-    "inverted_ratio",
-)
-
-
-def _check_rule(rule: str) -> str:
-    if rule not in RULES:
-        raise LawError(f"rule: must be one of {', '.join(RULES)} (got {rule!r})")
-    return rule
-
 
 def acceptance_probabilities(p, q) -> np.ndarray:
     """Probability ``a(x) = min(1, p(x)/q(x))`` of accepting a proposed token x.
@@ -107,10 +86,7 @@ def acceptance_probabilities(p, q) -> np.ndarray:
     >>> acceptance_probabilities([0.5, 0.3, 0.2], [0.2, 0.5, 0.3]).round(6).tolist()
     [1.0, 0.6, 0.666667]
     """
-    p, q = check_pair(p, q)
-    out = np.ones_like(p)
-    np.divide(p, q, out=out, where=q > 0)
-    return np.minimum(out, 1.0)
+    return flaws.CORRECT.acceptance(*check_pair(p, q))
 
 
 def accepted_mass(p, q) -> np.ndarray:
@@ -245,12 +221,7 @@ def residual(p, q) -> np.ndarray:
     >>> residual([0.5, 0.5], [0.5, 0.5]).tolist()
     [0.5, 0.5]
     """
-    p, q = check_pair(p, q)
-    plus = np.maximum(p - q, 0.0)
-    z = plus.sum()
-    if z == 0.0:
-        return p
-    return plus / z
+    return residual_laws(*check_pair(p, q))
 
 
 @dataclass(frozen=True)
@@ -387,79 +358,6 @@ def mixture_law(q_propose, accept, recovery) -> np.ndarray:
     return q * a + weight[used] @ rec[used]
 
 
-def _shared_uniform_recovery(a: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Row x: law of ``inverse_cdf_r(u)`` for ``u`` uniform on ``[a(x), 1)``.
-
-    Token y owns the CDF bin ``[c(y-1), c(y))``; its conditional probability is the length
-    of ``[a(x), 1) ∩ [c(y-1), c(y))`` divided by ``1 - a(x)``.
-    """
-    v = a.size
-    hi = cdf(r)
-    lo = np.concatenate(([0.0], hi[:-1]))
-    out = np.tile(r, (v, 1))  # rows with a(x) == 1 are never used
-    for x in range(v):
-        if a[x] < 1.0:
-            overlap = np.clip(hi - np.maximum(lo, a[x]), 0.0, None)
-            out[x] = overlap / overlap.sum()
-    return out
-
-
-def rule_parts(p, q, rule: str = "correct") -> tuple[np.ndarray, np.ndarray]:
-    """Acceptance probabilities and recovery law(s) that define a rule.
-
-    Parameters
-    ----------
-    p, q : array_like, shape (V,)
-        Target and draft laws.
-    rule : str
-        One of :data:`RULES` except ``"m_plus_r"``, which is an arithmetic error in the
-        law, not a sampling procedure.
-
-    Returns
-    -------
-    accept : numpy.ndarray, shape (V,)
-        Probability of accepting a proposed token.
-    recovery : numpy.ndarray, shape (V,) or (V, V)
-        Recovery law (see :func:`mixture_law`).
-
-    Raises
-    ------
-    LawError
-        Invalid laws, unknown rule, or ``rule == "m_plus_r"``.
-
-    Examples
-    --------
-    >>> a, rec = rule_parts([0.5, 0.3, 0.2], [0.2, 0.5, 0.3], "fallback_p")
-    >>> rec.tolist()
-    [0.5, 0.3, 0.2]
-    """
-    p, q = check_pair(p, q)
-    _check_rule(rule)
-    a = acceptance_probabilities(p, q)
-    if rule in ("correct", "unclipped_ratio"):
-        return a, residual(p, q)
-    if rule == "fallback_p":
-        return a, p
-    if rule == "resample_q":
-        return a, q
-    if rule == "drop_rejected":
-        rows = np.tile(p, (p.size, 1))
-        for x in range(p.size):
-            rest = 1.0 - p[x]
-            if rest > 0:
-                rows[x, x] = 0.0
-                rows[x] /= rows[x].sum()
-        return a, rows
-    if rule == "shared_uniform":
-        return a, _shared_uniform_recovery(a, residual(p, q))
-    if rule == "inverted_ratio":
-        inv = np.ones_like(p)
-        np.divide(q, p, out=inv, where=p > 0)
-        return np.minimum(inv, 1.0), residual(p, q)
-    raise LawError("rule: 'm_plus_r' is an error in the formula of the law, not a sampling "
-                   "procedure; use output_law(p, q, 'm_plus_r')")
-
-
 def m_plus_r_raw(p, q) -> np.ndarray:
     """The unweighted sum ``m + r``: what the notation trap computes.
 
@@ -489,86 +387,64 @@ def m_plus_r_raw(p, q) -> np.ndarray:
     return np.minimum(p, q) + residual(p, q)
 
 
-def output_law(p, q, rule: str = "correct") -> np.ndarray:
+def output_law(p, q, rule: flaws.StepRule = flaws.CORRECT) -> np.ndarray:
     """Exact law of the token emitted by one step under a given rule.
 
-    Every rule proposes ``x ~ q``. They differ as follows (``a = min(1, p/q)``,
-    ``m = min(p, q)``, ``Z = 1 - beta``, ``r`` the residual):
+    Every rule proposes ``x ~ q``; the rules of :mod:`specdec.flaws` differ in the
+    acceptance probability or in the law drawn from after a rejection (their docstrings
+    give each law; ``a = min(1, p/q)``, ``m = min(p, q)``, ``Z = 1 - beta``, ``r`` the
+    residual):
 
-    ``"correct"``
-        Accept with ``a(x)``; on rejection draw from ``r``. Law ``m + Z r = p``.
-    ``"fallback_p"``
-        Accept with ``a(x)``; on rejection draw from ``p``. Law ``m + Z p``, so
-        ``law - p = Z (p - r)`` and ``TV(law, p) = Z TV(p, r)``. The accepted branch has
-        already delivered all the mass of tokens with ``p <= q``; the fallback adds more
-        to them and starves the tokens where ``p > q``.
-    ``"resample_q"``
-        On rejection draw again from ``q``. Law ``m + Z q``; ``law - p = Z (q - r)``.
-    ``"drop_rejected"``
-        On rejection of ``x``, draw from ``p`` with ``x`` removed and renormalised,
-        ``p(y) 1[y != x] / (1 - p(x))``. Still wrong: rejected tokens have
-        ``p(x) < q(x)``, and removing one of them does not turn ``p`` into ``r``.
-    ``"unclipped_ratio"``
-        Accept if ``u < p(x)/q(x)`` without the ``min(1, .)``; recover from ``r``. For
-        ``u`` uniform on [0, 1), ``P(u < t) = min(1, t)`` for every ``t >= 0``, so the
-        test is the same event as the clipped one: law ``p``, TV 0. The clip matters
-        only where the ratio is used as a number (a weight, an expected acceptance,
-        logging), never inside the comparison with a uniform. A suspicion that turns
-        out harmless.
-    ``"m_plus_r"``
-        The notation trap: adding the accepted mass and the residual without weighting
-        ``r`` by ``Z``. The raw vector sums to ``1 + beta`` (see :func:`m_plus_r_raw`);
-        this function returns it normalised, ``(m + r) / (1 + beta)``, the law one
-        gets by sampling in proportion to it.
-    ``"shared_uniform"``
-        One uniform ``u`` for the accept test *and* the recovery: accept if
-        ``u < a(x)``; otherwise return the residual's inverse CDF at the same ``u``.
-        Given a rejection, ``u`` is uniform on ``[a(x), 1)``, not on [0, 1), so the
-        recovery favours tokens whose CDF bins lie high in [0, 1). The exact law is
-        obtained by intersecting ``[a(x), 1)`` with the residual's CDF bins (tokens
-        ordered by id). Harmless when the residual has one support point (as in the
-        article's example), wrong otherwise.
-    ``"inverted_ratio"``
-        Accept with ``min(1, q(x)/p(x))`` (ratio upside down; 1 where ``p(x) == 0``,
-        so tokens the target forbids are emitted whenever proposed); recover from ``r``.
+    ``CORRECT``
+        Law ``m + Z r = p``.
+    ``FALLBACK_P``, ``RESAMPLE_Q``
+        Recover from ``p``, or from ``q``: laws ``m + Z p`` and ``m + Z q``.
+    ``DROP_REJECTED``
+        Recover from ``p`` without the rejected token, renormalised.
+    ``UNCLIPPED_RATIO``
+        ``u < p/q`` without the clip: the same event, law ``p``.
+    ``M_PLUS_R``
+        The notation trap ``(m + r) / (1 + beta)``.
+    ``SHARED_UNIFORM``
+        The accept uniform reused for the residual's inverse CDF.
+    ``INVERTED_RATIO``
+        Accept with ``min(1, q/p)``.
 
     Parameters
     ----------
     p, q : array_like, shape (V,)
         Target and draft laws (processed laws actually sampled from).
-    rule : str
-        One of :data:`RULES`.
+    rule : specdec.flaws.StepRule
+        :data:`specdec.flaws.CORRECT` (default) or one of :data:`specdec.flaws.STEP_FLAWS`.
 
     Returns
     -------
     numpy.ndarray, shape (V,)
-        The output law (probabilities summing to 1).
+        The output law (probabilities summing to 1). Memory O(V) for every rule (time
+        O(V log V) for ``SHARED_UNIFORM``): it works at V = 10**6.
 
     Raises
     ------
     LawError
-        Invalid laws, mismatched sizes, or unknown rule.
+        Invalid laws or mismatched sizes.
+    TypeError
+        ``rule`` is not a :class:`specdec.flaws.StepRule`.
 
     References
     ----------
     Leviathan et al. (2023), Sec. 2.3 and App. A.1 (correct rule and proof);
-    Chen et al. (2023), Theorem 1.
+    Chen et al. (2023), Theorem 1. Used in chapters 2-4 and appendix A2.
 
     Examples
     --------
     >>> p, q = [0.5, 0.3, 0.2], [0.2, 0.5, 0.3]
     >>> output_law(p, q).round(12).tolist()
     [0.5, 0.3, 0.2]
-    >>> output_law(p, q, "fallback_p").round(12).tolist()
+    >>> output_law(p, q, flaws.FALLBACK_P).round(12).tolist()
     [0.35, 0.39, 0.26]
     """
     p, q = check_pair(p, q)
-    _check_rule(rule)
-    if rule == "m_plus_r":
-        raw = m_plus_r_raw(p, q)
-        return raw / raw.sum()
-    a, rec = rule_parts(p, q, rule)
-    return mixture_law(q, a, rec)
+    return flaws.check_step_rule(rule).law(p, q)
 
 
 _RATIO_ON = ("processed", "raw_softmax", "exp_logits")
@@ -620,7 +496,9 @@ def logits_ratio_law(target_logits, draft_logits, *, ratio_on: str = "processed"
     Raises
     ------
     LawError
-        Invalid logits or settings, mismatched sizes, unknown ``ratio_on``.
+        Invalid logits or settings, mismatched sizes.
+    ValueError
+        Unknown ``ratio_on``.
 
     References
     ----------
@@ -638,14 +516,14 @@ def logits_ratio_law(target_logits, draft_logits, *, ratio_on: str = "processed"
     False
     """
     if ratio_on not in _RATIO_ON:
-        raise LawError(f"ratio_on: must be one of {', '.join(_RATIO_ON)} (got {ratio_on!r})")
+        raise ValueError(f"ratio_on: must be one of {', '.join(_RATIO_ON)} (got {ratio_on!r})")
     settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, mask=mask)
     p = sampling_law(target_logits, **settings)
     q = sampling_law(draft_logits, **settings)
     if p.size != q.size:
         raise LawError(f"draft_logits: vocabulary size {q.size} does not match target_logits ({p.size})")
     if ratio_on == "processed":
-        return output_law(p, q, "correct")
+        return output_law(p, q)
     t = np.asarray(target_logits, dtype=np.float64)
     d = np.asarray(draft_logits, dtype=np.float64)
     if ratio_on == "raw_softmax":
@@ -667,22 +545,24 @@ def logits_ratio_law(target_logits, draft_logits, *, ratio_on: str = "processed"
     return mixture_law(q, accept, rec)
 
 
-def sample_step(p, q, rng: np.random.Generator, rule: str = "correct") -> int:
+def sample_step(p, q, rng, rule: flaws.StepRule = flaws.CORRECT) -> int:
     """Reference sampler: one step under one rule, written for reading, not speed.
 
-    Draw order: ``x`` from ``q`` by inverse CDF of one ``rng.random()``; the accept
-    uniform ``u = rng.random()``; after a rejection, one more ``rng.random()`` for the
-    recovery (none for ``"shared_uniform"``, which reuses ``u``). ``"m_plus_r"`` is not
-    a procedure: it draws once from ``(m + r) / (1 + beta)`` by inverse CDF.
+    Draw order: ``x`` from ``q`` by inverse CDF of one ``rng.random()``; then, for the
+    correct rule, the kernel :func:`specdec.verify.verify` on one row (one accept uniform,
+    one more after a rejection); for a flaw, its own procedure
+    (:meth:`specdec.flaws.StepRule.sample`: the accept uniform, then one more after a
+    rejection, none for ``SHARED_UNIFORM``, which reuses it). ``M_PLUS_R`` is not a
+    procedure: it draws once from its law.
 
     Parameters
     ----------
     p, q : array_like, shape (V,)
         Target and draft laws.
-    rng : numpy.random.Generator
-        Source of randomness.
-    rule : str
-        One of :data:`RULES`; see :func:`output_law` for their meaning.
+    rng : numpy.random.Generator or int
+        Source of randomness (see :func:`specdec.verify.check_rng`).
+    rule : specdec.flaws.StepRule
+        :data:`specdec.flaws.CORRECT` (default) or a flaw.
 
     Returns
     -------
@@ -692,12 +572,14 @@ def sample_step(p, q, rng: np.random.Generator, rule: str = "correct") -> int:
     Raises
     ------
     LawError
-        Invalid laws, unknown rule, ``rng`` not a Generator.
+        Invalid laws.
+    TypeError
+        ``rule`` not a step rule, ``rng`` neither a Generator nor a seed.
 
     References
     ----------
     Leviathan et al. (2023), Algorithm 1 (with gamma = 1); Chen et al. (2023),
-    Algorithm 2.
+    Algorithm 2. Used in chapter 1 and appendix A2.
 
     Examples
     --------
@@ -706,30 +588,5 @@ def sample_step(p, q, rng: np.random.Generator, rule: str = "correct") -> int:
     [0, 1]
     """
     p, q = check_pair(p, q)
-    _check_rule(rule)
-    rng = check_rng(rng)
-    if rule == "m_plus_r":
-        return draw(output_law(p, q, "m_plus_r"), rng.random())
-    x = draw(q, rng.random())
-    if rule == "correct":
-        return int(verify(p[None, None], q[None, None], [[x]], rng=rng).tokens[0, 0])
-    u = rng.random()
-    if rule == "unclipped_ratio":
-        accepted = u < p[x] / q[x]
-    elif rule == "inverted_ratio":
-        accepted = speculative_accept(q[x], p[x], u)
-    else:
-        accepted = speculative_accept(p[x], q[x], u)
-    if accepted:
-        return x
-    if rule in ("unclipped_ratio", "inverted_ratio"):
-        return draw(residual(p, q), rng.random())
-    if rule == "fallback_p":
-        return draw(p, rng.random())
-    if rule == "resample_q":
-        return draw(q, rng.random())
-    if rule == "drop_rejected":
-        _, rows = rule_parts(p, q, "drop_rejected")
-        return draw(rows[x], rng.random())
-    # shared_uniform: the same u, now known to lie in [a(x), 1)
-    return draw(residual(p, q), u)
+    rule = flaws.check_step_rule(rule)
+    return int(rule.sample(p, q, check_rng(rng)))

@@ -7,11 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec import block, cost, stats, token
+from specdec import block, cost, flaws, stats, token
+from specdec.flaws import CYCLE_FLAWS, CYCLE_RULES
 from specdec.block import (
-    EXACT_VARIANTS,
-    FLAWED_VARIANTS,
-    VARIANTS,
     Accounting,
     CycleResult,
     accepted_count_law,
@@ -25,9 +23,9 @@ from specdec.block import (
     simulate_cycles,
     simulate_generation,
     speculative_cycle,
-    target_sequence_law,
 )
 from specdec.laws import LawError, tv_distance
+from specdec.models import sequence_law as target_sequence_law  # the reference law
 from specdec.models import ToyModel, model_from_function, perturbed_draft, random_model, toy_pair
 
 FALSE_ALARM = 1e-9  # probability that a correct sampler fails one Monte Carlo check
@@ -82,24 +80,17 @@ def _sample(variant, p, q, prefix, gamma, length, n, seed):
 def test_correct_block_law_equals_target_law(name, p, q, gamma):
     for length, prefix in ((1, ()), (3, ()), (4, (0,)), (5, ())):
         ref = target_sequence_law(p, prefix, length)
-        for variant in EXACT_VARIANTS if length < 5 else ("correct",):
+        for variant in [r for r in CYCLE_RULES if r.exact] if length < 5 else (flaws.CORRECT_CYCLE,):
             law = block_sequence_law(p, q, prefix, gamma, length, variant)
             assert set(law) == set(ref), (name, variant, gamma, length)
             assert max(abs(law[k] - ref[k]) for k in ref) < 1e-12, (name, variant, gamma, length)
-
-
-def test_plan_compatible_sequence_law_signature():
-    p, q = toy_pair()
-    a = block.sequence_law(p, q, 2, 3, "no_rollback")
-    b = block_sequence_law(p, q, (), 2, 3, "no_rollback")
-    assert a == b
 
 
 #: TV(block law, target law) of each flawed variant for the default pair, gamma 3, L 5.
 REPORTED_TV = {}
 
 
-@pytest.mark.parametrize("variant", FLAWED_VARIANTS)
+@pytest.mark.parametrize("variant", CYCLE_FLAWS)
 def test_flawed_variants_deviate(variant):
     p, q = toy_pair()
     ref = target_sequence_law(p, (), 5)
@@ -115,10 +106,11 @@ def test_flawed_variants_reference_values():
     """Regression values of TV for the default pair (gamma 3, L 5); the seeded tables fix them."""
     p, q = toy_pair()
     ref = target_sequence_law(p, (), 5)
-    got = {v: law_tv(block_sequence_law(p, q, (), 3, 5, v), ref) for v in FLAWED_VARIANTS}
+    got = {v.name: law_tv(block_sequence_law(p, q, (), 3, 5, v), ref) for v in CYCLE_FLAWS}
     expected = {"stale_proposals": 0.1222, "no_rollback": 0.3263, "bonus_wrong_position": 0.1551,
                 "emit_after_eos": 0.1351}
-    for v in FLAWED_VARIANTS:
+    assert list(got) == list(expected)
+    for v in expected:
         assert abs(got[v] - expected[v]) < 5e-4, (v, got[v])
 
 
@@ -127,38 +119,38 @@ def test_when_each_flaw_is_invisible():
     p, q = toy_pair()
     ref3 = target_sequence_law(p, (), 3)
     # gamma = 1: nothing is discarded after a rejection, so nothing stale can be reused
-    assert law_tv(block_sequence_law(p, q, (), 1, 3, "stale_proposals"), ref3) < 1e-12
+    assert law_tv(block_sequence_law(p, q, (), 1, 3, flaws.STALE_PROPOSALS), ref3) < 1e-12
     # the bonus of the first cycle is token gamma + 1: beyond L = 3 when gamma = 3
-    assert law_tv(block_sequence_law(p, q, (), 3, 3, "bonus_wrong_position"), ref3) < 1e-12
+    assert law_tv(block_sequence_law(p, q, (), 3, 3, flaws.BONUS_WRONG_POSITION), ref3) < 1e-12
     # without rejections (q = p) stale tails and uncropped caches never arise ...
     same = perturbed_draft(p, 1.0)
-    for v in ("stale_proposals", "no_rollback"):
+    for v in (flaws.STALE_PROPOSALS, flaws.NO_ROLLBACK):
         assert law_tv(block_sequence_law(p, same, (), 3, 4, v), target_sequence_law(p, (), 4)) < 1e-12
     # ... but a bonus from the wrong position still is wrong
-    assert law_tv(block_sequence_law(p, same, (), 2, 4, "bonus_wrong_position"),
+    assert law_tv(block_sequence_law(p, same, (), 2, 4, flaws.BONUS_WRONG_POSITION),
                   target_sequence_law(p, (), 4)) > 0.01
     # without an EOS token, emitting after EOS cannot happen
     pn, qn = toy_pair(3, seed=3, eos=None)
-    assert law_tv(block_sequence_law(pn, qn, (), 3, 4, "emit_after_eos"),
+    assert law_tv(block_sequence_law(pn, qn, (), 3, 4, flaws.EMIT_AFTER_EOS),
                   target_sequence_law(pn, (), 4)) < 1e-12
 
 
 def test_emit_after_eos_puts_mass_past_eos():
     p, q = toy_pair()
-    law = block_sequence_law(p, q, (), 3, 4, "emit_after_eos")
+    law = block_sequence_law(p, q, (), 3, 4, flaws.EMIT_AFTER_EOS)
     past = sum(v for k, v in law.items() if p.eos in k[:-1])
     assert past > 0.01
     assert all(p.eos not in k[:-1] for k in target_sequence_law(p, (), 4))
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", CYCLE_RULES)
 def test_law_conventions(variant):
     p, q = toy_pair()
     law = block_sequence_law(p, q, (2,), 2, 4, variant)
     assert abs(sum(law.values()) - 1.0) < 1e-12
     assert all(v > 0 for v in law.values())
     for k in law:
-        if variant == "emit_after_eos":  # stops after the cycle that emitted EOS
+        if variant is flaws.EMIT_AFTER_EOS:  # stops after the cycle that emitted EOS
             assert len(k) == 4 or p.eos in k
         else:
             assert len(k) == 4 or k[-1] == p.eos
@@ -183,7 +175,7 @@ def test_context_free_pair_gives_geometric_cycle_lengths(gamma):
     assert np.allclose(acc, law[1:], atol=1e-12)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", CYCLE_RULES)
 def test_cycle_length_law_support_and_eos(variant):
     p, q = toy_pair()
     law = cycle_length_law(p, q, (1,), 4, variant)
@@ -204,16 +196,16 @@ def test_identical_models_emit_gamma_plus_one_without_eos():
 # ------------------------------------------------------------------------ Monte Carlo
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", CYCLE_RULES)
 def test_scalar_generate_follows_exact_variant_law(variant):
     """The reference sampler and the enumerator implement each variant independently."""
     p, q = toy_pair()
     law = block_sequence_law(p, q, (), 3, 4, variant)
-    counts = _sample(variant, p, q, (), 3, 4, 4000, seed=100 + VARIANTS.index(variant))
+    counts = _sample(variant, p, q, (), 3, 4, 4000, seed=100 + CYCLE_RULES.index(variant))
     _check_samples(counts, law)
 
 
-@pytest.mark.parametrize("variant", FLAWED_VARIANTS)
+@pytest.mark.parametrize("variant", CYCLE_FLAWS)
 def test_monte_carlo_detects_each_flaw(variant):
     """Power: samples of a flawed variant fail the check against the target law."""
     p, q = toy_pair()
@@ -286,7 +278,7 @@ def test_generate_is_reproducible_and_truncates():
 
 @pytest.mark.parametrize("bad, error, match", [
     (dict(gamma=0), LawError, "gamma"),
-    (dict(variant="nope"), LawError, "variant"),
+    (dict(variant="no_rollback"), TypeError, "variant: must be a cycle rule"),
     (dict(rng=np.random.RandomState(0)), TypeError, "rng"),
     (dict(rng=-1), ValueError, "rng"),
     (dict(prefix=(3,)), LawError, "end-of-sequence"),
@@ -294,7 +286,7 @@ def test_generate_is_reproducible_and_truncates():
 ])
 def test_cycle_validation(bad, error, match):
     p, q = toy_pair()
-    kw = dict(prefix=(), gamma=2, rng=np.random.default_rng(0), variant="correct") | bad
+    kw = dict(prefix=(), gamma=2, rng=np.random.default_rng(0), variant=flaws.CORRECT_CYCLE) | bad
     with pytest.raises(error, match=match):
         speculative_cycle(p, q, kw["prefix"], kw["gamma"], kw["rng"], variant=kw["variant"])
 

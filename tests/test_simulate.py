@@ -19,7 +19,9 @@ from specdec.simulate import (
     simulate_tokens,
 )
 from specdec.stats import assert_law
-from specdec.token import ARTICLE_P, ARTICLE_Q, RULES, output_law
+from specdec import flaws, simulate
+from specdec.flaws import STEP_RULES
+from specdec.token import ARTICLE_P, ARTICLE_Q, output_law
 
 P, Q = np.array(ARTICLE_P), np.array(ARTICLE_Q)
 
@@ -55,7 +57,7 @@ def test_article_reference_run_other_laws_follow_exact_laws():
     p, q = CASES["four"]
     run = article_reference_run(20_000, 3, p=p, q=q)
     assert_law(run["correct"], output_law(p, q))
-    assert_law(run["fallback_p"], output_law(p, q, "fallback_p"))
+    assert_law(run["fallback_p"], output_law(p, q, flaws.FALLBACK_P))
 
 
 # ------------------------------------------------------------------ simulate_step
@@ -67,37 +69,37 @@ def test_simulate_step_matches_exact_laws(case, dtype):
     p, q = CASES[case]
     rng = np.random.default_rng(sorted(CASES).index(case) * 2 + (dtype is np.float64))
     n = 300_007
-    counts = simulate_step(p, q, n, rng, RULES, chunk=65_536, dtype=dtype)
-    assert set(counts) == set(RULES)
-    for rule in RULES:
-        c = counts[rule]
+    counts = simulate_step(p, q, n, rng, STEP_RULES, chunk=65_536, dtype=dtype)
+    assert list(counts) == [rule.name for rule in STEP_RULES]
+    for rule in STEP_RULES:
+        c = counts[rule.name]
         assert c.dtype == np.int64 and c.shape == p.shape and int(c.sum()) == n
         assert_law(c, output_law(p, q, rule), false_alarm=1e-9)
 
 
 def test_simulate_step_detects_every_flawed_rule():
     p, q = CASES["four"]
-    counts = simulate_step(p, q, 1_000_000, np.random.default_rng(11), RULES)
-    for rule in RULES:
-        if rule in ("correct", "unclipped_ratio"):
-            assert_law(counts[rule], p)
+    counts = simulate_step(p, q, 1_000_000, np.random.default_rng(11), STEP_RULES)
+    for rule in STEP_RULES:
+        if rule.exact:
+            assert_law(counts[rule.name], p)
         else:
             with pytest.raises(AssertionError, match="inconsistent with the law"):
-                assert_law(counts[rule], p)
+                assert_law(counts[rule.name], p)
 
 
 def test_shared_uniform_reuses_the_accept_uniform():
     """The bug must survive the engine: its counts follow the flawed law, not p."""
     p, q = CASES["four"]
-    counts = simulate_step(p, q, 2_000_000, np.random.default_rng(12), ("shared_uniform",))
-    assert_law(counts["shared_uniform"], output_law(p, q, "shared_uniform"))
+    counts = simulate_step(p, q, 2_000_000, np.random.default_rng(12), (flaws.SHARED_UNIFORM,))
+    assert_law(counts["shared_uniform"], output_law(p, q, flaws.SHARED_UNIFORM))
     with pytest.raises(AssertionError):
         assert_law(counts["shared_uniform"], p)
 
 
 def test_rules_share_proposals_and_accept_decisions():
     rng = np.random.default_rng(5)
-    counts = simulate_step(P, Q, 100_000, rng, ("correct", "fallback_p", "shared_uniform"))
+    counts = simulate_step(P, Q, 100_000, rng, (flaws.CORRECT, flaws.FALLBACK_P, flaws.SHARED_UNIFORM))
     # the residual is all on A: correct's B and C are exactly the accepted B and C,
     # which the fallback variant also emits, plus its recoveries
     assert np.all(counts["fallback_p"][1:] >= counts["correct"][1:])
@@ -118,9 +120,9 @@ def test_simulate_step_many_tokens_uses_binary_search_path():
     rng = np.random.default_rng(8)
     p = rng.dirichlet(np.ones(40))
     q = rng.dirichlet(np.ones(40))
-    counts = simulate_step(p, q, 400_000, rng, RULES)
-    for rule in RULES:
-        assert_law(counts[rule], output_law(p, q, rule))
+    counts = simulate_step(p, q, 400_000, rng, STEP_RULES)
+    for rule in STEP_RULES:
+        assert_law(counts[rule.name], output_law(p, q, rule))
 
 
 @pytest.mark.parametrize(
@@ -128,7 +130,7 @@ def test_simulate_step_many_tokens_uses_binary_search_path():
     [
         ({"trials": 0}, "trials: must be an integer >= 1 (got 0)"),
         ({"chunk": 0}, "chunk: must be an integer >= 1 (got 0)"),
-        ({"rules": ("correct", "bogus")}, "rule: must be one of"),
+        ({"rules": (flaws.CORRECT, "fallback_p")}, "rules: must be a step rule of specdec.flaws"),
         ({"rules": ()}, "rules: must name at least one rule"),
         ({"dtype": np.int32}, "dtype: must be float32 or float64"),
         ({"rng": np.random.RandomState(0)}, "rng: must be a numpy.random.Generator"),
@@ -138,14 +140,23 @@ def test_simulate_step_errors(kwargs, fragment):
     args = {"trials": 10, "rng": np.random.default_rng(0)}
     args.update(kwargs)
     trials, rng = args.pop("trials"), args.pop("rng")
-    with pytest.raises((LawError, TypeError)) as err:
+    with pytest.raises((LawError, TypeError, ValueError)) as err:
         simulate_step(P, Q, trials, rng, **args)
     assert fragment in str(err.value)
 
 
-def test_simulate_step_accepts_single_rule_name():
-    counts = simulate_step(P, Q, 10, np.random.default_rng(0), "fallback_p")
+def test_simulate_step_accepts_a_single_rule():
+    counts = simulate_step(P, Q, 10, np.random.default_rng(0), flaws.FALLBACK_P)
     assert list(counts) == ["fallback_p"]
+
+
+@pytest.mark.parametrize("rule", [flaws.DROP_REJECTED, flaws.SHARED_UNIFORM])
+def test_engines_refuse_proposal_dependent_rules_on_large_vocabularies(rule):
+    v = simulate.MAX_VOCAB_PER_PROPOSAL_RECOVERY + 1
+    p = np.full(v, 1.0 / v)
+    for engine in (simulate_step, simulate_tokens):
+        with pytest.raises(ValueError, match=rf"^rules: {rule.name} needs up to V x V numbers .* V = {v}"):
+            engine(p, p, 10, np.random.default_rng(0), (flaws.CORRECT, rule))
 
 
 # ------------------------------------------------------------------ per-trial engines
@@ -154,15 +165,15 @@ def test_simulate_step_accepts_single_rule_name():
 @pytest.mark.parametrize("case", ["four", "zeros", "article"])
 def test_simulate_tokens_matches_exact_laws(case):
     p, q = CASES[case]
-    tokens = simulate_tokens(p, q, 100_000, np.random.default_rng(3), RULES)
-    for rule in RULES:
-        t = tokens[rule]
+    tokens = simulate_tokens(p, q, 100_000, np.random.default_rng(3), STEP_RULES)
+    for rule in STEP_RULES:
+        t = tokens[rule.name]
         assert t.shape == (100_000,) and t.min() >= 0 and t.max() < p.size
         assert_law(np.bincount(t, minlength=p.size), output_law(p, q, rule))
 
 
 def test_simulate_tokens_coupling():
-    tokens = simulate_tokens(P, Q, 20_000, np.random.default_rng(9), ("correct", "fallback_p"))
+    tokens = simulate_tokens(P, Q, 20_000, np.random.default_rng(9), (flaws.CORRECT, flaws.FALLBACK_P))
     differ = tokens["correct"] != tokens["fallback_p"]
     # variants can differ only on rejected trials, where correct emits A
     assert np.all(tokens["correct"][differ] == 0)
@@ -178,7 +189,7 @@ def test_running_frequencies():
         assert f[0] in (0.0, 1.0)
     assert abs(freq["correct"][-1] - 0.5) < 0.02
     assert abs(freq["fallback_p"][-1] - 0.35) < 0.02
-    other = running_frequencies(P, Q, 1000, np.random.default_rng(4), rules=("resample_q",), symbol=2)
+    other = running_frequencies(P, Q, 1000, np.random.default_rng(4), rules=(flaws.RESAMPLE_Q,), symbol=2)
     assert list(other) == ["resample_q"]
     with pytest.raises(LawError, match=r"symbol: must be an integer in \[0, 2\] \(got 3\)"):
         running_frequencies(P, Q, 10, np.random.default_rng(0), symbol=3)

@@ -1,0 +1,440 @@
+"""Step rules and cycle rules as named objects: the exact ones, and one object per bug.
+
+A **step rule** says what one speculative step does with a proposal ``x ~ q``: the
+probability of accepting it (:meth:`StepRule.acceptance`), the law drawn from after
+rejecting it (:meth:`StepRule.recovery`), and therefore the exact law of the emitted
+token (:meth:`StepRule.law`) and a reference sampler (:meth:`StepRule.sample`). The base
+class is speculative sampling itself (:data:`CORRECT`); each plausible-but-wrong rule is a
+subclass that overrides the one part it gets wrong. :func:`specdec.token.output_law` and
+the engines of :mod:`specdec.simulate` take these objects.
+
+A **cycle rule** says how one block cycle of :mod:`specdec.block` drafts, which laws it
+hands to the verification kernel, and what state it leaves for the next cycle. The base
+class is the correct cycle (:data:`CORRECT_CYCLE`); each bug overrides one hook.
+
+Adding a bug means adding one subclass and one instance here (and listing it in
+:data:`STEP_FLAWS` or :data:`CYCLE_FLAWS`); every exact law and engine then knows it.
+
+Exact laws cost O(V) memory for every step rule (``O(V log V)`` time for
+:data:`SHARED_UNIFORM`), so they work at V = 10**6.
+
+References
+----------
+.. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
+   Speculative Decoding", ICML 2023 (PMLR 202), Algorithm 1, Sec. 2.3, App. A.1.
+.. [2] C. Chen et al., "Accelerating Large Language Model Decoding with Speculative
+   Sampling", arXiv:2302.01318, 2023, Algorithm 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .verify import cdf, check_rng, draw, residual_laws, speculative_accept, verify
+
+__all__ = [
+    "StepRule", "CORRECT", "FALLBACK_P", "RESAMPLE_Q", "DROP_REJECTED", "UNCLIPPED_RATIO",
+    "M_PLUS_R", "SHARED_UNIFORM", "INVERTED_RATIO", "STEP_FLAWS", "STEP_RULES",
+    "CycleRule", "CORRECT_CYCLE", "STALE_PROPOSALS", "NO_ROLLBACK", "BONUS_WRONG_POSITION",
+    "EMIT_AFTER_EOS", "STALE_ORIGINAL_Q", "CYCLE_FLAWS", "CYCLE_RULES", "check_step_rule",
+    "check_cycle_rule",
+]
+
+
+def _ratio_acceptance(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``min(1, num/den)``, 1 where ``den == 0`` (never proposed: no division by zero)."""
+    out = np.ones_like(num)
+    np.divide(num, den, out=out, where=den > 0)
+    return np.minimum(out, 1.0)
+
+
+# ------------------------------------------------------------------------- step rules
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """Speculative sampling, one step: accept ``x`` with ``min(1, p/q)``, else draw the residual.
+
+    Subclasses are the flawed rules; each overrides what it gets wrong. Laws ``p`` and
+    ``q`` are validated arrays of shape (V,) (:func:`specdec.laws.check_pair`).
+    """
+
+    name: ClassVar[str] = "correct"
+    #: Whether the emitted token has exactly the target's law (for any p, q).
+    exact: ClassVar[bool] = True
+    #: Whether the law after a rejection depends on the rejected proposal.
+    recovery_depends_on_proposal: ClassVar[bool] = False
+    #: Whether the recovery reuses the accept test's uniform (then it is a function of it).
+    reuses_accept_uniform: ClassVar[bool] = False
+    #: False for a rule that is an error in the formula of the law, not a procedure that
+    #: proposes and tests (it is sampled by one draw from its law).
+    proposes: ClassVar[bool] = True
+
+    def acceptance(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Probability of accepting each proposed token, shape (V,)."""
+        return _ratio_acceptance(p, q)
+
+    def recovery(self, p: np.ndarray, q: np.ndarray, x: int | None = None) -> np.ndarray:
+        """Law drawn from after rejecting proposal ``x``, shape (V,)."""
+        return residual_laws(p, q)
+
+    def law(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Exact law of the emitted token: ``q a + (sum q (1 - a)) recovery``; O(V)."""
+        a = self.acceptance(p, q)
+        return q * a + (q * (1.0 - a)).sum() * self.recovery(p, q)
+
+    def sample(self, p: np.ndarray, q: np.ndarray, rng) -> int:
+        """One step: ``x`` by inverse CDF of one uniform, then the kernel (one row)."""
+        x = draw(q, rng.random())
+        return int(verify(p[None, None], q[None, None], [[x]], rng=rng).tokens[0, 0])
+
+    def _propose_test_recover(self, p, q, rng, accepted) -> int:
+        """The reference procedure of a flaw: propose, test with ``accepted(x, u)``, recover."""
+        x = draw(q, rng.random())
+        if accepted(x, rng.random()):
+            return x
+        return draw(self.recovery(p, q, x), rng.random())
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, repr=False)
+class FallbackP(StepRule):
+    """After a rejection, draw from the target ``p`` instead of the residual.
+
+    Law ``m + Z p``, so ``TV(law, p) = Z TV(p, r)``: the accepted branch already delivered
+    all the mass of the tokens with ``p <= q``, and the fallback adds more to them. The
+    counterexample of the article the book starts from; the same choice is discussed in
+    the public issue ShopeeLLM/Spec-RL#14 ("directly uses the distribution of P_target at
+    the first rejected token position").
+    """
+
+    name: ClassVar[str] = "fallback_p"
+    exact: ClassVar[bool] = False
+
+    def recovery(self, p, q, x=None):
+        return p
+
+    def sample(self, p, q, rng):
+        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(p[x], q[x], u))
+
+
+@dataclass(frozen=True, repr=False)
+class ResampleQ(StepRule):
+    """After a rejection, draw again from the draft ``q``. Law ``m + Z q``."""
+
+    name: ClassVar[str] = "resample_q"
+    exact: ClassVar[bool] = False
+
+    def recovery(self, p, q, x=None):
+        return q
+
+    def sample(self, p, q, rng):
+        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(p[x], q[x], u))
+
+
+@dataclass(frozen=True, repr=False)
+class DropRejected(StepRule):
+    """After rejecting ``x``, draw from ``p`` without ``x``, renormalised.
+
+    "Do not give the rejected token a second chance" sounds like a refinement of the
+    fallback; it is the same mistake (rejected tokens have ``p(x) < q(x)``, and removing
+    one does not turn ``p`` into the residual). The law needs no V x V matrix:
+    ``law(y) = m(y) + p(y) (S - w(y) / (1 - p(y)))`` with ``w = q (1 - a)`` and
+    ``S = sum_x w(x) / (1 - p(x))``: O(V) time and memory.
+    """
+
+    name: ClassVar[str] = "drop_rejected"
+    exact: ClassVar[bool] = False
+    recovery_depends_on_proposal: ClassVar[bool] = True
+
+    def recovery(self, p, q, x=None):
+        rest = np.array(p, dtype=np.float64)
+        rest[x] = 0.0
+        return rest / rest.sum() if rest.sum() > 0 else p
+
+    def law(self, p, q):
+        a = self.acceptance(p, q)
+        w = q * (1.0 - a)
+        rest = p.sum() - p                         # 1 - p(x), as the renormalisation sums it
+        share = np.zeros_like(p)
+        np.divide(w, rest, out=share, where=(w > 0) & (rest > 0))
+        return q * a + p * (share.sum() - share)
+
+    def sample(self, p, q, rng):
+        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(p[x], q[x], u))
+
+
+@dataclass(frozen=True, repr=False)
+class UnclippedRatio(StepRule):
+    """Accept if ``u < p(x)/q(x)`` without the ``min(1, .)``: a suspicion that is harmless.
+
+    For ``u`` uniform on [0, 1), ``P(u < t) = min(1, t)`` for every ``t >= 0``: the same
+    event as the clipped test, law ``p``. The clip matters only where the ratio is used as
+    a number (a weight, an expected acceptance, a log), never inside the comparison.
+    """
+
+    name: ClassVar[str] = "unclipped_ratio"
+
+    def sample(self, p, q, rng):
+        return self._propose_test_recover(p, q, rng, lambda x, u: u < p[x] / q[x])
+
+
+@dataclass(frozen=True, repr=False)
+class MPlusR(StepRule):
+    """The notation trap: accepted mass plus residual, ``m + r``, without weighting ``r`` by ``Z``.
+
+    Not a procedure but an error in the formula of the law: the raw vector sums to
+    ``1 + beta`` (:func:`specdec.token.m_plus_r_raw`); its law is the normalised
+    ``(m + r) / (1 + beta)``, what sampling in proportion to it gives.
+    """
+
+    name: ClassVar[str] = "m_plus_r"
+    exact: ClassVar[bool] = False
+    proposes: ClassVar[bool] = False
+
+    def law(self, p, q):
+        raw = np.minimum(p, q) + residual_laws(p, q)
+        return raw / raw.sum()
+
+    def sample(self, p, q, rng):
+        return draw(self.law(p, q), rng.random())
+
+
+@dataclass(frozen=True, repr=False)
+class SharedUniform(StepRule):
+    """One uniform for the accept test and the recovery: the residual's inverse CDF at the same ``u``.
+
+    Given a rejection of ``x``, ``u`` is uniform on ``[a(x), 1)``, not on [0, 1), so the
+    recovery favours tokens whose CDF bins lie high. Harmless when the residual has one
+    support point (the article's example), wrong otherwise. The exact law intersects
+    ``[a(x), 1)`` with the residual's CDF bins ``[lo(y), hi(y))`` (tokens in id order):
+    ``law(y) = m(y) + sum_x q(x) |[a(x), 1) ∩ [lo(y), hi(y))|``, summed for all y at once
+    over the sorted thresholds ``a(x)``: O(V log V) time, O(V) memory.
+    """
+
+    name: ClassVar[str] = "shared_uniform"
+    exact: ClassVar[bool] = False
+    recovery_depends_on_proposal: ClassVar[bool] = True
+    reuses_accept_uniform: ClassVar[bool] = True
+
+    def recovery(self, p, q, x=None):
+        a = float(self.acceptance(p, q)[x])
+        hi = cdf(residual_laws(p, q))
+        lo = np.concatenate(([0.0], hi[:-1]))
+        overlap = np.clip(hi - np.maximum(lo, a), 0.0, None)
+        return overlap / overlap.sum()
+
+    def law(self, p, q):
+        a = self.acceptance(p, q)
+        hi = cdf(residual_laws(p, q))
+        lo = np.concatenate(([0.0], hi[:-1]))
+        rej = a < 1.0
+        order = np.argsort(a[rej], kind="stable")
+        thr, wq = a[rej][order], q[rej][order]
+        cq = np.concatenate(([0.0], np.cumsum(wq)))          # sum of q(x) over thr < t
+        cqa = np.concatenate(([0.0], np.cumsum(wq * thr)))   # sum of q(x) a(x)
+        below = np.searchsorted(thr, lo, side="right")       # a(x) <= lo(y): whole bin
+        inside = np.searchsorted(thr, hi, side="left")       # lo(y) < a(x) < hi(y): part
+        part = hi * (cq[inside] - cq[below]) - (cqa[inside] - cqa[below])
+        return q * a + cq[below] * (hi - lo) + np.maximum(part, 0.0)
+
+    def sample(self, p, q, rng):
+        x = draw(q, rng.random())
+        u = rng.random()
+        if speculative_accept(p[x], q[x], u):
+            return x
+        return draw(residual_laws(p, q), u)        # the bug: u is not a fresh uniform
+
+
+@dataclass(frozen=True, repr=False)
+class InvertedRatio(StepRule):
+    """Accept with ``min(1, q(x)/p(x))``: the ratio upside down (1 where ``p(x) = 0``).
+
+    Tokens the target forbids are then emitted whenever they are proposed.
+    """
+
+    name: ClassVar[str] = "inverted_ratio"
+    exact: ClassVar[bool] = False
+
+    def acceptance(self, p, q):
+        return _ratio_acceptance(q, p)
+
+    def sample(self, p, q, rng):
+        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(q[x], p[x], u))
+
+
+CORRECT = StepRule()
+FALLBACK_P = FallbackP()
+RESAMPLE_Q = ResampleQ()
+DROP_REJECTED = DropRejected()
+UNCLIPPED_RATIO = UnclippedRatio()
+M_PLUS_R = MPlusR()
+SHARED_UNIFORM = SharedUniform()
+INVERTED_RATIO = InvertedRatio()
+#: The variants of the step rule, in the order of chapter 3's gallery.
+STEP_FLAWS: tuple[StepRule, ...] = (FALLBACK_P, RESAMPLE_Q, DROP_REJECTED, UNCLIPPED_RATIO,
+                                    M_PLUS_R, SHARED_UNIFORM, INVERTED_RATIO)
+#: The correct rule first, then every variant.
+STEP_RULES: tuple[StepRule, ...] = (CORRECT,) + STEP_FLAWS
+
+
+def check_step_rule(rule, name: str = "rule") -> StepRule:
+    """``rule`` if it is a :class:`StepRule`, else a ``TypeError`` naming the argument."""
+    if not isinstance(rule, StepRule):
+        raise TypeError(f"{name}: must be a step rule of specdec.flaws such as CORRECT or "
+                        f"FALLBACK_P (got {rule!r})")
+    return rule
+
+
+# ------------------------------------------------------------------------ cycle rules
+
+
+@dataclass(frozen=True)
+class CycleRule:
+    """The correct block cycle (:mod:`specdec.block`): the hooks every cycle bug overrides.
+
+    A cycle drafts up to gamma tokens (stopping after an EOS proposal when
+    :attr:`stops_at_eos`), lets the kernel verify them, and hands the next cycle a model
+    context (and, for the stateful rules, proposals to reuse).
+    """
+
+    name: ClassVar[str] = "correct"
+    #: Whether the emitted sequence has exactly the target's law.
+    exact: ClassVar[bool] = True
+    #: Drafting stops after an EOS proposal, and the text ends at an emitted EOS.
+    stops_at_eos: ClassVar[bool] = True
+    #: The discarded proposals after a rejection carry into the next cycle's state.
+    carries_proposals: ClassVar[bool] = False
+
+    def stale_q_context(self, current: tuple, source: tuple) -> tuple:
+        """Context of the draft law used to verify a reused proposal (drawn at ``source``)."""
+        return source
+
+    def bonus_index(self, k: int) -> int:
+        """Index of the target law (among the ``k + 1`` scored) the bonus token is drawn from."""
+        return k
+
+    def next_state(self, ctx: tuple, emitted: tuple, drafted: tuple, n_acc: int) -> tuple[tuple, tuple]:
+        """Model context and reused proposals ``((token, source_context), ...)`` after a cycle."""
+        return ctx + emitted, ()
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, repr=False)
+class StaleProposals(CycleRule):
+    """Proposals drafted after a rejection are reused next cycle, verified with today's draft law.
+
+    The stale tokens ``d_{i+1}..d_k`` were drawn from ``q`` conditioned on the rejected
+    ``d_i``; verifying them with ``q(. | corrected text)`` puts a law in the ratio they
+    were not drawn from, so the output law is wrong.
+    """
+
+    name: ClassVar[str] = "stale_proposals"
+    exact: ClassVar[bool] = False
+    carries_proposals: ClassVar[bool] = True
+
+    def stale_q_context(self, current, source):
+        return current
+
+    def next_state(self, ctx, emitted, drafted, n_acc):
+        if n_acc < len(drafted):  # the source context is not needed: today's law is used
+            return ctx + emitted, tuple((t, None) for t, _ in drafted[n_acc + 1:])
+        return ctx + emitted, ()
+
+
+@dataclass(frozen=True, repr=False)
+class StaleOriginalQ(StaleProposals):
+    """The same reuse, each stale token verified with the draft law it was drawn from: exact.
+
+    The acceptance test is valid for any proposal law as long as the ratio uses the law
+    the proposal was really drawn from; this variant shows what :data:`STALE_PROPOSALS`
+    breaks.
+    """
+
+    name: ClassVar[str] = "stale_original_q"
+    exact: ClassVar[bool] = True
+
+    def stale_q_context(self, current, source):
+        return source
+
+    def next_state(self, ctx, emitted, drafted, n_acc):
+        if n_acc < len(drafted):
+            return ctx + emitted, tuple(drafted[n_acc + 1:])
+        return ctx + emitted, ()
+
+
+@dataclass(frozen=True, repr=False)
+class NoRollback(CycleRule):
+    """The caches are not cropped after a rejection: every proposal stays in the context.
+
+    The emitted text of the cycle is right, but every later law is computed from the
+    polluted context ``(context, d_1..d_k, r)`` (wrong last tokens, wrong position). The
+    same failure is reported publicly for caches whose trim does not remove entries
+    (ml-explore/mlx-lm#1486, rotating caches; microsoft/onnxruntime-genai#2441 review).
+    """
+
+    name: ClassVar[str] = "no_rollback"
+    exact: ClassVar[bool] = False
+    carries_proposals: ClassVar[bool] = True
+
+    def next_state(self, ctx, emitted, drafted, n_acc):
+        if n_acc < len(drafted):
+            return ctx + tuple(t for t, _ in drafted) + (emitted[-1],), ()
+        return ctx + emitted, ()
+
+
+@dataclass(frozen=True, repr=False)
+class BonusWrongPosition(CycleRule):
+    """The bonus token is drawn from the last drafted position's law: an off-by-one in the logits index.
+
+    When all ``gamma`` proposals are accepted, the extra token must come from
+    ``p(. | x, d_1..d_gamma)``; this rule reads the row that scored ``d_gamma``.
+    """
+
+    name: ClassVar[str] = "bonus_wrong_position"
+    exact: ClassVar[bool] = False
+
+    def bonus_index(self, k):
+        return k - 1
+
+
+@dataclass(frozen=True, repr=False)
+class EmitAfterEos(CycleRule):
+    """Drafting and emission do not stop at EOS: tokens after an accepted EOS are kept.
+
+    Generation stops after the first cycle whose output contains EOS, so the law puts mass
+    on sequences that continue past EOS, which the target never produces.
+    """
+
+    name: ClassVar[str] = "emit_after_eos"
+    exact: ClassVar[bool] = False
+    stops_at_eos: ClassVar[bool] = False
+
+
+CORRECT_CYCLE = CycleRule()
+STALE_PROPOSALS = StaleProposals()
+NO_ROLLBACK = NoRollback()
+BONUS_WRONG_POSITION = BonusWrongPosition()
+EMIT_AFTER_EOS = EmitAfterEos()
+STALE_ORIGINAL_Q = StaleOriginalQ()
+#: The realistic cycle bugs (each changes the law of the emitted sequence).
+CYCLE_FLAWS: tuple[CycleRule, ...] = (STALE_PROPOSALS, NO_ROLLBACK, BONUS_WRONG_POSITION,
+                                      EMIT_AFTER_EOS)
+#: Every cycle rule of chapter 5, in its order: the correct cycle, the bugs, and the exact
+#: reuse of stale proposals.
+CYCLE_RULES: tuple[CycleRule, ...] = (CORRECT_CYCLE,) + CYCLE_FLAWS + (STALE_ORIGINAL_Q,)
+
+
+def check_cycle_rule(rule, name: str = "variant") -> CycleRule:
+    """``rule`` if it is a :class:`CycleRule`, else a ``TypeError`` naming the argument."""
+    if not isinstance(rule, CycleRule):
+        raise TypeError(f"{name}: must be a cycle rule of specdec.flaws such as CORRECT_CYCLE or "
+                        f"NO_ROLLBACK (got {rule!r})")
+    return rule
