@@ -28,13 +28,14 @@ import numpy as np  # noqa: E402
 
 from specdec.simulate import article_reference_run, simulate_step  # noqa: E402
 from _common import best_time, pin_to_one_core  # noqa: E402
-from specdec.token import ARTICLE_P, ARTICLE_Q, RULES, rejection_probability  # noqa: E402
+from specdec.flaws import CORRECT, FALLBACK_P, STEP_RULES  # noqa: E402
+from specdec.token import ARTICLE_P, ARTICLE_Q, rejection_probability  # noqa: E402
 
 TRIALS = 200_000_000  # engine trials per repeat
 PY_TRIALS = 200_000  # the article's run
 CHUNK = 2**20
 REPEATS = 3
-RULES_MAIN = ("correct", "fallback_p")
+RULES_MAIN = (CORRECT, FALLBACK_P)
 
 
 
@@ -84,7 +85,7 @@ def main() -> int:
     t_engine = engine_seconds(TRIALS)
     t_uniforms = uniforms_seconds(consumed)
     t_python = python_seconds()
-    t_all = engine_seconds(TRIALS // 4, RULES)
+    t_all = engine_seconds(TRIALS // 4, STEP_RULES)
 
     r_engine = TRIALS / t_engine
     r_uniform = TRIALS / t_uniforms  # trials per second if generating uniforms were all
@@ -95,7 +96,7 @@ def main() -> int:
     print(f"{'numpy Generator alone (same uniforms)':44s} {r_uniform / 1e6:10.1f} M trials/s "
           f"({consumed / t_uniforms / 1e6:.0f} M float32 uniforms/s)")
     print(f"{'pure-Python reference protocol':44s} {r_python / 1e6:10.3f} M trials/s")
-    print(f"{'engine, all ' + str(len(RULES)) + ' rules at once':44s} {r_all / 1e6:10.1f} M trials/s")
+    print(f"{'engine, all ' + str(len(STEP_RULES)) + ' rules at once':44s} {r_all / 1e6:10.1f} M trials/s")
     print(f"ratio engine / uniforms alone   = {r_engine / r_uniform:8.2f}")
     print(f"ratio engine / pure Python      = {r_engine / r_python:8.0f}")
     target = 60e6

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from specdec import block, conformance as C, gallery as G, laws, token
+from specdec import block, conformance as C, flaws, gallery as G, laws, models, token
 from specdec.laws import LawError
 
 SEED = 20260925
@@ -81,8 +81,8 @@ def test_token_cases_cover_the_edge_cases():
     # shows there (it does not on the article's example, whose residual is one token)
     c = cases["spread_residual"]
     assert (token.residual(c.p, c.q) > 0).sum() >= 3
-    assert laws.tv_distance(token.output_law(c.p, c.q, "shared_uniform"), c.p) > 0.1
-    assert laws.tv_distance(token.output_law(art.p, art.q, "shared_uniform"), art.p) < 1e-12
+    assert laws.tv_distance(token.output_law(c.p, c.q, flaws.SHARED_UNIFORM), c.p) > 0.1
+    assert laws.tv_distance(token.output_law(art.p, art.q, flaws.SHARED_UNIFORM), art.p) < 1e-12
     # large vocabulary: thousands of tokens, the same processing applied to both models
     big = cases["large_vocab"]
     assert big.vocab_size >= 4096 and 1000 < (big.p > 0).sum() <= 3000
@@ -322,7 +322,7 @@ def test_stale_proposals_matches_the_library_exact_law():
     """The gallery's bug 7 is specdec.block's "stale_proposals": same exact law."""
     case = {c.name: c for c in C.block_cases()}["block_g4"]
     wrong = block.block_sequence_law(case.target, case.draft, (), 4, 4, "stale_proposals")
-    exact_tv = block.law_tv(wrong, block.target_sequence_law(case.target, (), 4))
+    exact_tv = block.law_tv(wrong, models.sequence_law(case.target, (), 4))
     r = C.run_battery(G.StaleProposals(), cases=["block_g4"], trials=4_000, seed=SEED)
     law = r.cases[0].law
     assert law.tv_low <= exact_tv and law.tv <= exact_tv + 0.05
