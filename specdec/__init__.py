@@ -3,7 +3,12 @@
 The library behind *specdec-book*. One module per idea:
 
 - :mod:`specdec.laws`: probability vectors, validation, TV distance, sampling laws from logits.
-- :mod:`specdec.token`: one speculative step, its exact output law and flawed variants.
+- :mod:`specdec.verify`: the verification kernel (accept, residual, bonus over rows x
+  gamma, ragged drafts) that every sampler of the library calls, and the one
+  inverse-CDF draw.
+- :mod:`specdec.flaws`: the step and cycle rules as named objects, the correct one and one
+  per bug (a new flawed rule is one class there).
+- :mod:`specdec.token`: one speculative step's exact output law under any step rule.
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
 - :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
 - :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles.

@@ -106,7 +106,8 @@ class SamplingSettings:
         return laws.sampling_laws(logits, temperature=self.temperature, top_k=self.top_k,
                                   top_p=self.top_p)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
+        """The settings as a JSON-ready dict (``temperature``, ``top_k``, ``top_p``)."""
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
 
 

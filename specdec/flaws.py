@@ -36,7 +36,7 @@ import numpy as np
 from .verify import cdf, check_rng, draw, residual_laws, speculative_accept, verify
 
 __all__ = [
-    "StepRule", "CORRECT", "FALLBACK_P", "RESAMPLE_Q", "DROP_REJECTED", "UNCLIPPED_RATIO",
+    "StepRule", "Speculative", "CORRECT", "FALLBACK_P", "RESAMPLE_Q", "DROP_REJECTED", "UNCLIPPED_RATIO",
     "M_PLUS_R", "SHARED_UNIFORM", "INVERTED_RATIO", "STEP_FLAWS", "STEP_RULES",
     "CycleRule", "CORRECT_CYCLE", "STALE_PROPOSALS", "NO_ROLLBACK", "BONUS_WRONG_POSITION",
     "EMIT_AFTER_EOS", "STALE_ORIGINAL_Q", "CYCLE_FLAWS", "CYCLE_RULES", "check_step_rule",
@@ -56,10 +56,12 @@ def _ratio_acceptance(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StepRule:
-    """Speculative sampling, one step: accept ``x`` with ``min(1, p/q)``, else draw the residual.
+    """One step: propose ``x ~ q``, accept it with :meth:`acceptance`, else draw :meth:`recovery`.
 
-    Subclasses are the flawed rules; each overrides what it gets wrong. Laws ``p`` and
-    ``q`` are validated arrays of shape (V,) (:func:`specdec.laws.check_pair`).
+    The defaults are speculative sampling's (accept with ``min(1, p/q)``, recover from the
+    residual); :class:`Speculative` is that rule, and each flaw is a subclass that
+    overrides the one part it gets wrong. Laws ``p`` and ``q`` are validated arrays of
+    shape (V,) (:func:`specdec.laws.check_pair`).
     """
 
     name: ClassVar[str] = "correct"
@@ -77,6 +79,10 @@ class StepRule:
         """Probability of accepting each proposed token, shape (V,)."""
         return _ratio_acceptance(p, q)
 
+    def accepts(self, p_x: float, q_x: float, u: float) -> bool:
+        """The accept test the sampler writes, with probability ``acceptance(p, q)[x]``."""
+        return speculative_accept(p_x, q_x, u)
+
     def recovery(self, p: np.ndarray, q: np.ndarray, x: int | None = None) -> np.ndarray:
         """Law drawn from after rejecting proposal ``x``, shape (V,)."""
         return residual_laws(p, q)
@@ -87,19 +93,27 @@ class StepRule:
         return q * a + (q * (1.0 - a)).sum() * self.recovery(p, q)
 
     def sample(self, p: np.ndarray, q: np.ndarray, rng) -> int:
-        """One step: ``x`` by inverse CDF of one uniform, then the kernel (one row)."""
+        """The reference procedure: ``x`` by inverse CDF of one uniform, the accept test on a
+        second, and after a rejection one draw from the recovery law with a third."""
         x = draw(q, rng.random())
-        return int(verify(p[None, None], q[None, None], [[x]], rng=rng).tokens[0, 0])
-
-    def _propose_test_recover(self, p, q, rng, accepted) -> int:
-        """The reference procedure of a flaw: propose, test with ``accepted(x, u)``, recover."""
-        x = draw(q, rng.random())
-        if accepted(x, rng.random()):
+        if self.accepts(p[x], q[x], rng.random()):
             return x
         return draw(self.recovery(p, q, x), rng.random())
 
     def __repr__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True, repr=False)
+class Speculative(StepRule):
+    """Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023): exact.
+
+    Its sampler is the verification kernel :func:`specdec.verify.verify` on one row.
+    """
+
+    def sample(self, p, q, rng):
+        x = draw(q, rng.random())
+        return int(verify(p[None, None], q[None, None], [[x]], rng=rng).tokens[0, 0])
 
 
 @dataclass(frozen=True, repr=False)
@@ -119,9 +133,6 @@ class FallbackP(StepRule):
     def recovery(self, p, q, x=None):
         return p
 
-    def sample(self, p, q, rng):
-        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(p[x], q[x], u))
-
 
 @dataclass(frozen=True, repr=False)
 class ResampleQ(StepRule):
@@ -132,9 +143,6 @@ class ResampleQ(StepRule):
 
     def recovery(self, p, q, x=None):
         return q
-
-    def sample(self, p, q, rng):
-        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(p[x], q[x], u))
 
 
 @dataclass(frozen=True, repr=False)
@@ -165,9 +173,6 @@ class DropRejected(StepRule):
         np.divide(w, rest, out=share, where=(w > 0) & (rest > 0))
         return q * a + p * (share.sum() - share)
 
-    def sample(self, p, q, rng):
-        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(p[x], q[x], u))
-
 
 @dataclass(frozen=True, repr=False)
 class UnclippedRatio(StepRule):
@@ -180,8 +185,8 @@ class UnclippedRatio(StepRule):
 
     name: ClassVar[str] = "unclipped_ratio"
 
-    def sample(self, p, q, rng):
-        return self._propose_test_recover(p, q, rng, lambda x, u: u < p[x] / q[x])
+    def accepts(self, p_x, q_x, u):
+        return u < p_x / q_x
 
 
 @dataclass(frozen=True, repr=False)
@@ -264,11 +269,11 @@ class InvertedRatio(StepRule):
     def acceptance(self, p, q):
         return _ratio_acceptance(q, p)
 
-    def sample(self, p, q, rng):
-        return self._propose_test_recover(p, q, rng, lambda x, u: speculative_accept(q[x], p[x], u))
+    def accepts(self, p_x, q_x, u):
+        return speculative_accept(q_x, p_x, u)
 
 
-CORRECT = StepRule()
+CORRECT = Speculative()
 FALLBACK_P = FallbackP()
 RESAMPLE_Q = ResampleQ()
 DROP_REJECTED = DropRejected()

@@ -78,9 +78,7 @@ def _verify(p: np.ndarray, q: np.ndarray, x: np.ndarray, rng) -> tuple[np.ndarra
     ``p`` and ``q`` are the laws *the verifier believes in*; the bugs below feed it the
     wrong ones. Returns the emitted tokens and whether each was the accepted proposal.
     """
-    n = x.size
-    out = verify(np.broadcast_to(p, (n, 1, p.size)), np.broadcast_to(q, (n, 1, q.size)),
-                 x.reshape(n, 1), rng=rng)
+    out = verify(p[None], q[None], x.reshape(-1, 1), rng=rng)       # shared laws, gamma = 1
     return out.tokens[:, 0], out.n_accepted == 1
 
 

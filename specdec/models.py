@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from .laws import LawError, check_int, check_law
+from .verify import check_rng
 
 __all__ = [
     "ToyModel",
@@ -272,13 +273,7 @@ def check_prefix(prefix, vocab_size: int, *, allow_eos: bool = False, eos: int |
     return out
 
 
-def _generator(seed) -> np.random.Generator:
-    if isinstance(seed, np.random.Generator):
-        return seed
-    return np.random.default_rng(check_int(seed, "seed", minimum=0))
-
-
-def random_model(vocab_size: int = 4, *, seed=TOY_SEED, order: int = 2, positions: int = 4,
+def random_model(vocab_size: int = 4, *, rng=TOY_SEED, order: int = 2, positions: int = 4,
                  eos: int | None = -1, concentration: float = 1.0, eos_weight: float = 0.35,
                  name: str = "target") -> ToyModel:
     """A seeded table model with Dirichlet next-token laws.
@@ -287,8 +282,9 @@ def random_model(vocab_size: int = 4, *, seed=TOY_SEED, order: int = 2, position
     ----------
     vocab_size : int
         V >= 2.
-    seed : int or numpy.random.Generator
-        Seed (or generator) of the table; the same seed gives the same model.
+    rng : numpy.random.Generator or int
+        Generator (or seed) of the table, see :func:`specdec.verify.check_rng`; the same
+        seed gives the same model.
     order : int
         Trailing tokens the law depends on.
     positions : int
@@ -315,7 +311,7 @@ def random_model(vocab_size: int = 4, *, seed=TOY_SEED, order: int = 2, position
 
     Examples
     --------
-    >>> m = random_model(3, seed=1, order=1, positions=2)
+    >>> m = random_model(3, rng=1, order=1, positions=2)
     >>> m.table.shape
     (2, 4, 3)
     """
@@ -327,7 +323,7 @@ def random_model(vocab_size: int = 4, *, seed=TOY_SEED, order: int = 2, position
     for nm, val in (("concentration", concentration), ("eos_weight", eos_weight)):
         if not (np.isfinite(val) and val > 0):
             raise LawError(f"{nm}: must be finite and > 0 (got {val!r})")
-    rng = _generator(seed)
+    rng = check_rng(rng)
     conc = np.full(v, float(concentration))
     if eos is not None:
         conc[check_int(eos, "eos", minimum=0, maximum=v - 1)] = float(eos_weight)
@@ -335,7 +331,7 @@ def random_model(vocab_size: int = 4, *, seed=TOY_SEED, order: int = 2, position
     return ToyModel(v, eos, table=table, order=order, name=name)
 
 
-def perturbed_draft(target: ToyModel, closeness: float, *, seed=TOY_SEED + 1,
+def perturbed_draft(target: ToyModel, closeness: float, *, rng=TOY_SEED + 1,
                     concentration: float = 1.0, name: str = "draft") -> ToyModel:
     """A draft model that mixes the target's table with independent noise.
 
@@ -350,8 +346,8 @@ def perturbed_draft(target: ToyModel, closeness: float, *, seed=TOY_SEED + 1,
         A table model.
     closeness : float
         In ``[0, 1]``.
-    seed : int or numpy.random.Generator
-        Seed of the noise.
+    rng : numpy.random.Generator or int
+        Generator (or seed) of the noise, see :func:`specdec.verify.check_rng`.
     concentration : float
         Dirichlet concentration of the noise (> 0).
     name : str
@@ -369,7 +365,7 @@ def perturbed_draft(target: ToyModel, closeness: float, *, seed=TOY_SEED + 1,
 
     Examples
     --------
-    >>> p = random_model(3, seed=1, order=1, positions=2)
+    >>> p = random_model(3, rng=1, order=1, positions=2)
     >>> bool(np.allclose(perturbed_draft(p, 1.0).table, p.table))
     True
     """
@@ -383,7 +379,7 @@ def perturbed_draft(target: ToyModel, closeness: float, *, seed=TOY_SEED + 1,
         raise LawError(f"closeness: must be in [0, 1] (got {closeness!r})")
     if not (np.isfinite(concentration) and concentration > 0):
         raise LawError(f"concentration: must be finite and > 0 (got {concentration!r})")
-    rng = _generator(seed)
+    rng = check_rng(rng)
     noise = rng.dirichlet(np.full(target.vocab_size, float(concentration)), size=target.table.shape[:2])
     table = w * target.table + (1.0 - w) * noise
     table /= table.sum(axis=-1, keepdims=True)
@@ -417,9 +413,9 @@ def toy_pair(vocab_size: int = 4, *, closeness: float = 0.5, seed: int = TOY_SEE
     (4, 3, 3)
     """
     seed = check_int(seed, "seed", minimum=0)
-    target = random_model(vocab_size, seed=seed, order=order, positions=positions, eos=eos,
+    target = random_model(vocab_size, rng=seed, order=order, positions=positions, eos=eos,
                           eos_weight=eos_weight, name="target")
-    draft = perturbed_draft(target, closeness, seed=seed + 1, name="draft")
+    draft = perturbed_draft(target, closeness, rng=seed + 1, name="draft")
     return target, draft
 
 

@@ -200,17 +200,23 @@ class Verified:
 
 
 def _check_shapes(p, q, proposals, n_proposed):
+    """Validated arrays; ``p`` and ``q`` with a leading axis of 1 (shared) or ``rows`` laws."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     props = np.asarray(proposals)
-    if q.ndim != 3:
-        raise ValueError(f"q: must have shape (rows, gamma, V) (got {q.shape})")
-    rows, gamma, v = q.shape
-    if p.shape not in ((rows, gamma + 1, v), (rows, gamma, v)):
-        raise ValueError(f"p: must have shape ({rows}, {gamma + 1}, {v}) with a bonus position, "
-                         f"or ({rows}, {gamma}, {v}) without (got {p.shape})")
-    if props.shape != (rows, gamma) or (props.size and not np.issubdtype(props.dtype, np.integer)):
-        raise ValueError(f"proposals: must be integer token ids of shape ({rows}, {gamma}) "
+    if props.ndim != 2 or (props.size and not np.issubdtype(props.dtype, np.integer)):
+        raise ValueError(f"proposals: must be integer token ids of shape (rows, gamma) "
                          f"(got {props.dtype} {props.shape})")
+    rows, gamma = props.shape
+    if q.ndim == 2:                                   # one set of laws for every row
+        p, q = p[None], q[None]
+    if q.ndim != 3 or q.shape[:2] not in ((rows, gamma), (1, gamma)):
+        raise ValueError(f"q: must have shape ({rows}, {gamma}, V), or ({gamma}, V) for laws "
+                         f"shared by every row (got {q.shape})")
+    n, _, v = q.shape
+    if p.shape not in ((n, gamma + 1, v), (n, gamma, v)):
+        raise ValueError(f"p: must have shape ({n}, {gamma + 1}, {v}) with a bonus position, "
+                         f"or ({n}, {gamma}, {v}) without (the row axis absent when shared; "
+                         f"got {p.shape})")
     k = np.full(rows, gamma, dtype=np.int64) if n_proposed is None else np.asarray(n_proposed)
     if k.shape != (rows,) or not np.issubdtype(k.dtype, np.integer) or (k < 0).any() or (k > gamma).any():
         raise ValueError(f"n_proposed: must be {rows} integers in [0, {gamma}] (got {k!r})")
@@ -228,8 +234,10 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
     p : array_like, shape (rows, gamma + 1, V) or (rows, gamma, V)
         Target laws at each proposed position, and at the position after the last one
         (the bonus position; row ``r`` uses ``p[r, n_proposed[r]]``). Without it, a fully
-        accepted row emits no extra token.
-    q : array_like, shape (rows, gamma, V)
+        accepted row emits no extra token. Without the rows axis, shape (gamma + 1, V) or
+        (gamma, V): one set of laws shared by every row (many independent steps from one
+        context), in O(gamma x V) memory instead of O(rows x gamma x V).
+    q : array_like, shape (rows, gamma, V), or (gamma, V) when shared
         Draft laws the proposals were drawn from (``gamma`` may be 0).
     proposals : array_like of int, shape (rows, gamma)
         Proposed token ids; entries at positions ``>= n_proposed`` are ignored.
@@ -259,7 +267,8 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
     Notes
     -----
     Laws are not validated (this is the inner loop of every sampler): validate them once
-    with :func:`specdec.laws.check_law`. Work and memory are O(rows x gamma x V).
+    with :func:`specdec.laws.check_law`. Work and memory are O(rows x gamma x V) for laws
+    per row, O(rows x gamma + gamma x V) for shared laws.
 
     Examples
     --------
@@ -272,7 +281,7 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
     [[1, 2]]
     """
     p, q, props, k, live = _check_shapes(p, q, proposals, n_proposed)
-    rows, gamma, _ = q.shape
+    rows, gamma = props.shape
     if (u_accept is None or u_final is None) and rng is None:
         raise ValueError("rng: needed to draw the uniforms not given (u_accept, u_final)")
     if u_accept is None:
@@ -281,7 +290,7 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
     if u_accept.shape != (rows, gamma):
         raise ValueError(f"u_accept: must have shape ({rows}, {gamma}) (got {u_accept.shape})")
     # 1. accept tests; the accepted prefix ends at the first failure
-    at = np.arange(rows)[:, None], np.arange(gamma)[None, :]
+    at = np.arange(rows)[:, None] % p.shape[0], np.arange(gamma)[None, :]
     ok = speculative_accept(p[at + (props,)], q[at + (props,)], u_accept) & live
     n_acc = np.logical_and.accumulate(ok, axis=1).sum(axis=1, dtype=np.int64)
     corrected = n_acc < k
@@ -295,11 +304,15 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
             raise ValueError(f"u_final: must have shape ({rows},) (got {u_final.shape})")
         u = u_final[final]
     # 2. residual at the first rejection, 3. bonus from the position after the last proposal
-    pos = n_acc[final]
-    laws = p[final, pos]
-    rej = corrected[final]
-    laws[rej] = residual_laws(laws[rej], q[final[rej], pos[rej]])
+    pos, rej = n_acc[final], corrected[final]
     tokens = np.where(np.arange(gamma + 1) < n_acc[:, None], np.pad(props, ((0, 0), (0, 1))), -1)
-    tokens[final, pos] = draw(laws, u)
+    if p.shape[0] == rows:                             # laws per row
+        laws = p[final, pos]
+        laws[rej] = residual_laws(laws[rej], q[final[rej], pos[rej]])
+        tokens[final, pos] = draw(laws, u)
+    else:                                              # shared laws: one law per (position, kind)
+        for j, r in sorted(set(zip(pos.tolist(), rej.tolist()))):
+            sel = (pos == j) & (rej == r)
+            tokens[final[sel], j] = draw(residual_laws(p[0, j], q[0, j]) if r else p[0, j], u[sel])
     return Verified(tokens=tokens, n_accepted=n_acc, n_emitted=n_acc + (corrected | bonus),
                     corrected=corrected, bonus=bonus)

@@ -37,8 +37,8 @@ def _pairs():
     p, q = toy_pair()
     yield "default", p, q
     yield "seed 7, V=3", *toy_pair(3, seed=7, closeness=0.3)
-    t1 = random_model(4, seed=11, order=1, positions=3)
-    yield "order 1, closeness 0", t1, perturbed_draft(t1, 0.0, seed=12)
+    t1 = random_model(4, rng=11, order=1, positions=3)
+    yield "order 1, closeness 0", t1, perturbed_draft(t1, 0.0, rng=12)
     yield "q = p", p, perturbed_draft(p, 1.0)
     sparse = q.table.copy()
     sparse[..., 0] = 0.0  # token 0 is never proposed: it can only come from the residual
@@ -400,3 +400,15 @@ def test_chunked_engines_keep_records_aligned_and_law_exact():
                      false_alarm=FALSE_ALARM)
     with pytest.raises(LawError, match="chunk"):
         simulate_cycles(p, q, (), 2, 10, np.random.default_rng(0), chunk=0)
+
+
+def test_cycle_rules_are_named_frozen_objects_with_docstrings():
+    names = [rule.name for rule in CYCLE_RULES]
+    assert names == ["correct", "stale_proposals", "no_rollback", "bonus_wrong_position",
+                     "emit_after_eos", "stale_original_q"]
+    assert [r.name for r in CYCLE_RULES if r.exact] == ["correct", "stale_original_q"]
+    assert set(CYCLE_FLAWS) == {r for r in CYCLE_RULES if not r.exact}
+    for rule in CYCLE_RULES:
+        assert type(rule).__doc__ and repr(rule) == rule.name
+        with pytest.raises(AttributeError):
+            rule.name = "other"

@@ -7,7 +7,6 @@ must show nothing.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -16,17 +15,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-compare_glue = _load("specdec_compare_glue_tool", REPO / "tools" / "compare_glue.py")
+sys.path.insert(0, str(REPO / "tools"))
+import compare_glue  # noqa: E402  (a script of tools/, imported by path)
 
 
 def _execute(source: Path, out: Path, seed: int) -> Path:

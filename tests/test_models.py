@@ -125,13 +125,13 @@ def test_constructors_are_seeded_and_reproducible():
 
 
 def test_perturbed_draft_closeness_interpolates():
-    p = random_model(3, seed=5, order=1, positions=2)
+    p = random_model(3, rng=5, order=1, positions=2)
     assert np.allclose(perturbed_draft(p, 1.0).table, p.table)
-    d0 = perturbed_draft(p, 0.0, seed=9)
-    half = perturbed_draft(p, 0.5, seed=9)
+    d0 = perturbed_draft(p, 0.0, rng=9)
+    half = perturbed_draft(p, 0.5, rng=9)
     assert np.allclose(half.table, 0.5 * p.table + 0.5 * d0.table)
     tv = lambda a, b: 0.5 * np.abs(a.table - b.table).sum(-1).mean()
-    assert tv(p, perturbed_draft(p, 0.9, seed=9)) < tv(p, half) < tv(p, d0)
+    assert tv(p, perturbed_draft(p, 0.9, rng=9)) < tv(p, half) < tv(p, d0)
     with pytest.raises(LawError, match="closeness"):
         perturbed_draft(p, 1.5)
     with pytest.raises(LawError, match="table"):
@@ -178,7 +178,7 @@ def test_sequence_law_conventions():
        order=st.integers(1, 2))
 def test_sequence_law_marginal_is_one_step_law(seed, v, length, order):
     """Summing the law of L tokens over the last token gives the law of L - 1 tokens."""
-    m = random_model(v, seed=seed, order=order, positions=3)
+    m = random_model(v, rng=seed, order=order, positions=3)
     law = sequence_law(m, (), length)
     assert abs(sum(law.values()) - 1.0) < 1e-12
     first = np.zeros(v)

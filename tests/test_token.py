@@ -373,7 +373,7 @@ def test_logits_ratio_law_is_a_law(t, d, ratio_on, temperature, k):
 
 
 def test_logits_ratio_law_errors():
-    with pytest.raises(LawError, match="ratio_on: must be one of processed, raw_softmax, exp_logits"):
+    with pytest.raises(ValueError, match="^ratio_on: must be one of processed, raw_softmax, exp_logits"):
         logits_ratio_law([0.0, 1.0], [1.0, 0.0], ratio_on="logits")
     with pytest.raises(LawError, match=r"draft_logits: vocabulary size 3 does not match target_logits \(2\)"):
         logits_ratio_law([0.0, 1.0], [1.0, 0.0, 0.0])

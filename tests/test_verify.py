@@ -188,9 +188,9 @@ def test_article_example_rejection_goes_to_the_residual():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(q=np.ones((2, 3))), r"^q: must have shape \(rows, gamma, V\)"),
+    (dict(q=np.ones((2, 3))), r"^q: must have shape \(2, 1, V\), or \(1, V\) for laws shared"),
     (dict(p=np.ones((2, 3, 3))), r"^p: must have shape \(2, 2, 3\)"),
-    (dict(proposals=[[0, 0]]), r"^proposals: must be integer token ids of shape \(2, 1\)"),
+    (dict(proposals=[0, 0]), r"^proposals: must be integer token ids of shape \(rows, gamma\)"),
     (dict(proposals=np.array([[0.0], [1.0]])), r"^proposals: must be integer"),
     (dict(proposals=[[3], [0]]), r"^proposals: token ids must lie in \[0, 3\)"),
     (dict(n_proposed=[2, 0]), r"^n_proposed: must be 2 integers in \[0, 1\]"),
@@ -203,6 +203,25 @@ def test_kernel_errors_name_the_argument(kwargs, match):
                 n_proposed=None, rng=0, u_accept=np.zeros((2, 1)), u_final=np.zeros(2)) | kwargs
     with pytest.raises(ValueError, match=match):
         verify(args.pop("p"), args.pop("q"), args.pop("proposals"), **args)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=verify_rows(max_rows=1), copies=st.integers(1, 6), bonus_position=st.booleans(),
+       data=st.data())
+def test_shared_laws_equal_the_same_laws_repeated_per_row(rows, copies, bonus_position, data):
+    p, q, props, k, _, _ = rows
+    p, q = (p[0], q[0]) if bonus_position else (p[0, :-1], q[0])
+    gamma = q.shape[0]
+    props = np.repeat(props, copies, axis=0)
+    k = np.array([data.draw(st.integers(0, gamma)) for _ in range(copies)])
+    unit = st.floats(0, 1, exclude_max=True)
+    u_acc = np.array([[data.draw(unit) for _ in range(gamma)] for _ in range(copies)]).reshape(copies, gamma)
+    u_fin = np.array([data.draw(unit) for _ in range(copies)])
+    shared = verify(p, q, props, k, u_accept=u_acc, u_final=u_fin)
+    per_row = verify(np.repeat(p[None], copies, 0), np.repeat(q[None], copies, 0), props, k,
+                     u_accept=u_acc, u_final=u_fin)
+    for field in ("tokens", "n_accepted", "n_emitted", "corrected", "bonus"):
+        np.testing.assert_array_equal(getattr(shared, field), getattr(per_row, field))
 
 
 def test_unproposed_positions_are_ignored():
