@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import token as _token
-from .laws import LawError, check_int, tv_distance
+from .laws import check_int, tv_distance
 from .flaws import CORRECT_CYCLE, CycleRule, check_cycle_rule
 from .models import ToyModel, check_prefix
 from .verify import check_rng, draw, verify
@@ -77,11 +77,11 @@ __all__ = [
 def _check_models(target, draft) -> None:
     for nm, m in (("target", target), ("draft", draft)):
         if not isinstance(m, ToyModel):
-            raise LawError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
+            raise TypeError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
     if draft.vocab_size != target.vocab_size:
-        raise LawError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
+        raise ValueError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
     if draft.eos != target.eos:
-        raise LawError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
+        raise ValueError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
 
 
 # --------------------------------------------------------------------------------------
@@ -294,10 +294,12 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
 
     Raises
     ------
-    LawError
-        Invalid models, prefix or gamma.
+    ValueError
+        Invalid prefix, gamma (a :class:`specdec.laws.LawError`, a ``ValueError``),
+        models of different vocabularies or EOS ids.
     TypeError
-        ``variant`` not a cycle rule, ``rng`` neither a Generator nor a seed.
+        Models that are not ToyModels, ``variant`` not a cycle rule, ``rng`` neither a
+        Generator nor a seed.
 
     References
     ----------
@@ -352,8 +354,9 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
 
     Raises
     ------
-    LawError
-        Invalid arguments.
+    ValueError, TypeError
+        Invalid arguments, each named in the message (sizes through
+        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
 
     Examples
     --------
@@ -454,8 +457,9 @@ def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: in
 
     Raises
     ------
-    LawError
-        Invalid arguments.
+    ValueError, TypeError
+        Invalid arguments, each named in the message (sizes through
+        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
 
     Examples
     --------
@@ -514,8 +518,9 @@ def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, l
 
     Raises
     ------
-    LawError
-        Invalid arguments.
+    ValueError, TypeError
+        Invalid arguments, each named in the message (sizes through
+        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
 
     Examples
     --------
@@ -765,8 +770,9 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
 
     Raises
     ------
-    LawError
-        Invalid arguments.
+    ValueError, TypeError
+        Invalid arguments, each named in the message (sizes through
+        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
 
     References
     ----------
@@ -936,10 +942,10 @@ def accepted_prefix_length(outcomes) -> np.ndarray | int:
     """
     arr = np.asarray(outcomes)
     if arr.ndim == 0:
-        raise LawError("outcomes: must have at least one dimension (one entry per proposal)")
+        raise ValueError("outcomes: must have at least one dimension (one entry per proposal)")
     if arr.dtype != np.bool_:
         if not np.isin(arr, (0, 1)).all():
-            raise LawError("outcomes: entries must be booleans (accept = True)")
+            raise ValueError("outcomes: entries must be booleans (accept = True)")
         arr = arr.astype(bool)
     out = np.where(arr.all(axis=-1), arr.shape[-1], np.argmin(arr, axis=-1))
     return int(out) if out.ndim == 0 else out
@@ -1003,7 +1009,7 @@ def account_counts(accepted, *, proposed, emitted=None) -> Accounting:
 
     Raises
     ------
-    LawError
+    ValueError
         Empty input, negative counts, ``accepted > proposed``, ``emitted`` outside
         ``[max(accepted, 1), accepted + 1]``.
 
@@ -1015,19 +1021,19 @@ def account_counts(accepted, *, proposed, emitted=None) -> Accounting:
     """
     acc = np.asarray(accepted)
     if acc.ndim != 1 or acc.size == 0:
-        raise LawError(f"accepted: must be a non-empty 1-D array of counts (got shape {acc.shape})")
+        raise ValueError(f"accepted: must be a non-empty 1-D array of counts (got shape {acc.shape})")
     if not np.issubdtype(acc.dtype, np.integer):
-        raise LawError(f"accepted: counts must be integers (got dtype {acc.dtype})")
+        raise ValueError(f"accepted: counts must be integers (got dtype {acc.dtype})")
     prop = np.broadcast_to(np.asarray(proposed), acc.shape)
     if not np.issubdtype(prop.dtype, np.integer) or (prop < 1).any():
-        raise LawError("proposed: must be integers >= 1 (one per cycle, or one gamma for all)")
+        raise ValueError("proposed: must be integers >= 1 (one per cycle, or one gamma for all)")
     if (acc < 0).any() or (acc > prop).any():
-        raise LawError("accepted: counts must be in [0, proposed] for every cycle")
+        raise ValueError("accepted: counts must be in [0, proposed] for every cycle")
     emit = acc + 1 if emitted is None else np.asarray(emitted)
     if emit.shape != acc.shape or not np.issubdtype(emit.dtype, np.integer):
-        raise LawError(f"emitted: must be integer counts of shape {acc.shape} (got {emit.shape})")
+        raise ValueError(f"emitted: must be integer counts of shape {acc.shape} (got {emit.shape})")
     if (emit < np.maximum(acc, 1)).any() or (emit > acc + 1).any():
-        raise LawError("emitted: must be in [max(accepted, 1), accepted + 1] for every cycle")
+        raise ValueError("emitted: must be in [max(accepted, 1), accepted + 1] for every cycle")
     n = int(acc.size)
     e, a, p = int(emit.sum()), int(acc.sum()), int(prop.sum())
     return Accounting(n_cycles=n, emitted=e, accepted=a, proposed=p, tokens_per_cycle=e / n,
@@ -1049,9 +1055,10 @@ def account(cycles) -> Accounting:
 
     Raises
     ------
-    LawError
-        If there are no cycles, or an item is not a CycleResult (per-cycle counts go to
-        :func:`account_counts`).
+    ValueError
+        If there are no cycles.
+    TypeError
+        An item is not a CycleResult (per-cycle counts go to :func:`account_counts`).
 
     Examples
     --------
@@ -1067,10 +1074,10 @@ def account(cycles) -> Accounting:
         cycles = cycles.cycles
     cs = list(cycles)
     if not cs:
-        raise LawError("cycles: must contain at least one cycle")
+        raise ValueError("cycles: must contain at least one cycle")
     bad = next((c for c in cs if not isinstance(c, CycleResult)), None)
     if bad is not None:
-        raise LawError(f"cycles: must be CycleResult objects (got {type(bad).__name__}); "
+        raise TypeError(f"cycles: must be CycleResult objects (got {type(bad).__name__}); "
                        "for per-cycle counts such as [4, 0, 2] use account_counts")
     return account_counts(np.array([c.n_accepted for c in cs], dtype=np.int64),
                           proposed=np.array([c.n_proposed for c in cs], dtype=np.int64),

@@ -110,8 +110,9 @@ class ToyModel:
     Raises
     ------
     LawError
-        On an invalid vocabulary size, EOS id, order, table, or when both or neither of
-        ``table`` and ``law_fn`` are given.
+        On an invalid vocabulary size, EOS id, order or table.
+    ValueError, TypeError
+        When both or neither of ``table`` and ``law_fn`` are given; ``law_fn`` not callable.
 
     Examples
     --------
@@ -137,11 +138,11 @@ class ToyModel:
             object.__setattr__(self, "eos", check_int(self.eos, "eos", minimum=0, maximum=v - 1))
         object.__setattr__(self, "order", check_int(self.order, "order", minimum=1, maximum=4))
         if (self.table is None) == (self.law_fn is None):
-            raise LawError("table/law_fn: give exactly one of them")
+            raise ValueError("table/law_fn: give exactly one of them")
         if self.table is not None:
             object.__setattr__(self, "table", _check_table(self.table, v, self.order))
         elif not callable(self.law_fn):
-            raise LawError(f"law_fn: must be callable (got {type(self.law_fn).__name__})")
+            raise TypeError(f"law_fn: must be callable (got {type(self.law_fn).__name__})")
 
     @property
     def positions(self) -> int | None:
@@ -256,7 +257,7 @@ def check_prefix(prefix, vocab_size: int, *, allow_eos: bool = False, eos: int |
 
     Raises
     ------
-    LawError
+    ValueError
         If an entry is not an integer in ``[0, vocab_size)``, or (unless ``allow_eos``)
         if it contains the end-of-sequence id ``eos``: generation cannot continue a
         sequence that has already ended.
@@ -264,12 +265,12 @@ def check_prefix(prefix, vocab_size: int, *, allow_eos: bool = False, eos: int |
     try:
         out = tuple(int(t) for t in prefix)
     except (TypeError, ValueError):
-        raise LawError(f"{name}: must be a sequence of integer token ids (got {prefix!r})") from None
+        raise ValueError(f"{name}: must be a sequence of integer token ids (got {prefix!r})") from None
     for t, raw in zip(out, prefix):
         if t != raw or not 0 <= t < vocab_size:
-            raise LawError(f"{name}: token ids must be integers in [0, {vocab_size}) (got {raw!r})")
+            raise ValueError(f"{name}: token ids must be integers in [0, {vocab_size}) (got {raw!r})")
     if not allow_eos and eos is not None and eos in out:
-        raise LawError(f"{name}: must not contain the end-of-sequence token {eos} (the sequence has ended)")
+        raise ValueError(f"{name}: must not contain the end-of-sequence token {eos} (the sequence has ended)")
     return out
 
 
@@ -307,7 +308,9 @@ def random_model(vocab_size: int = 4, *, rng=TOY_SEED, order: int = 2, positions
     Raises
     ------
     LawError
-        On invalid sizes or non-positive concentrations.
+        On invalid sizes.
+    ValueError
+        Non-positive concentrations.
 
     Examples
     --------
@@ -322,7 +325,7 @@ def random_model(vocab_size: int = 4, *, rng=TOY_SEED, order: int = 2, positions
         eos = v - 1
     for nm, val in (("concentration", concentration), ("eos_weight", eos_weight)):
         if not (np.isfinite(val) and val > 0):
-            raise LawError(f"{nm}: must be finite and > 0 (got {val!r})")
+            raise ValueError(f"{nm}: must be finite and > 0 (got {val!r})")
     rng = check_rng(rng)
     conc = np.full(v, float(concentration))
     if eos is not None:
@@ -360,8 +363,10 @@ def perturbed_draft(target: ToyModel, closeness: float, *, rng=TOY_SEED + 1,
 
     Raises
     ------
-    LawError
-        If ``target`` has no table or ``closeness`` is outside ``[0, 1]``.
+    TypeError
+        If ``target`` has no table.
+    ValueError
+        If ``closeness`` is outside ``[0, 1]``.
 
     Examples
     --------
@@ -370,15 +375,15 @@ def perturbed_draft(target: ToyModel, closeness: float, *, rng=TOY_SEED + 1,
     True
     """
     if not isinstance(target, ToyModel) or target.table is None:
-        raise LawError("target: must be a table ToyModel")
+        raise TypeError("target: must be a table ToyModel")
     try:
         w = float(closeness)
     except (TypeError, ValueError):
-        raise LawError(f"closeness: must be a real number in [0, 1] (got {closeness!r})") from None
+        raise ValueError(f"closeness: must be a real number in [0, 1] (got {closeness!r})") from None
     if not 0.0 <= w <= 1.0:
-        raise LawError(f"closeness: must be in [0, 1] (got {closeness!r})")
+        raise ValueError(f"closeness: must be in [0, 1] (got {closeness!r})")
     if not (np.isfinite(concentration) and concentration > 0):
-        raise LawError(f"concentration: must be finite and > 0 (got {concentration!r})")
+        raise ValueError(f"concentration: must be finite and > 0 (got {concentration!r})")
     rng = check_rng(rng)
     noise = rng.dirichlet(np.full(target.vocab_size, float(concentration)), size=target.table.shape[:2])
     table = w * target.table + (1.0 - w) * noise
@@ -455,8 +460,8 @@ def sequence_law(model: ToyModel, prefix, length: int) -> dict[tuple[int, ...], 
 
     Raises
     ------
-    LawError
-        If ``length < 1`` or the prefix is invalid.
+    ValueError
+        If ``length < 1`` or the prefix is invalid (each error names the argument).
 
     Examples
     --------
