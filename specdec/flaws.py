@@ -122,9 +122,9 @@ class FallbackP(StepRule):
 
     Law ``m + Z p``, so ``TV(law, p) = Z TV(p, r)``: the accepted branch already delivered
     all the mass of the tokens with ``p <= q``, and the fallback adds more to them. The
-    counterexample of the article the book starts from; the same choice is discussed in
-    the public issue ShopeeLLM/Spec-RL#14 ("directly uses the distribution of P_target at
-    the first rejected token position").
+    counterexample of the article the book starts from; the same choice (sampling the
+    target's own law at the first rejected position) is discussed in the public issue
+    ShopeeLLM/Spec-RL#14.
     """
 
     name: ClassVar[str] = "fallback_p"
