@@ -300,7 +300,7 @@ def test_token_bugs_are_caught(entry):
 def test_tv_found_brackets_the_exact_tv():
     """Unpooled cases: the TV interval covers the exact TV of the bug's output law."""
     case = C.token_cases()[0]
-    for sampler, rule in ((G.drop_rejected, "drop_rejected"), (G.always_accept, None)):
+    for sampler, rule in ((G.drop_rejected, flaws.DROP_REJECTED), (G.always_accept, None)):
         exact = token.output_law(case.p, case.q, rule) if rule else case.q
         r = C.run_battery(sampler, cases=["article"], trials=10_000, seed=SEED)
         law = r.cases[0].law
@@ -321,7 +321,7 @@ def test_block_bugs_are_caught(entry):
 def test_stale_proposals_matches_the_library_exact_law():
     """The gallery's bug 7 is specdec.block's "stale_proposals": same exact law."""
     case = {c.name: c for c in C.block_cases()}["block_g4"]
-    wrong = block.block_sequence_law(case.target, case.draft, (), 4, 4, "stale_proposals")
+    wrong = block.block_sequence_law(case.target, case.draft, (), 4, 4, flaws.STALE_PROPOSALS)
     exact_tv = block.law_tv(wrong, models.sequence_law(case.target, (), 4))
     r = C.run_battery(G.StaleProposals(), cases=["block_g4"], trials=4_000, seed=SEED)
     law = r.cases[0].law
