@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import laws, token
+from . import laws
 from .nn import KVCache, Transformer, decode as decode_bytes, encode
 from .verify import check_rng, draw, verify
 

@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .verify import cdf, check_rng, draw, residual_laws, speculative_accept, verify
+from .verify import cdf, draw, residual_laws, speculative_accept, verify
 
 __all__ = [
     "StepRule", "Speculative", "CORRECT", "FALLBACK_P", "RESAMPLE_Q", "DROP_REJECTED", "UNCLIPPED_RATIO",

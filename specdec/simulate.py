@@ -65,8 +65,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .laws import LawError, check_int, check_pair
 from . import flaws
+from .laws import check_int, check_pair
 from .token import ARTICLE_P, ARTICLE_Q, residual
 from .verify import cdf, check_rng, draw, speculative_accept
 

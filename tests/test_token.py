@@ -31,7 +31,7 @@ from specdec.token import (
     step_law,
 )
 
-from strategies import laws, pairs  # noqa: E402
+from strategies import pairs  # noqa: E402
 
 P, Q = np.array(ARTICLE_P), np.array(ARTICLE_Q)
 
