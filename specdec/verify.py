@@ -94,9 +94,12 @@ def cdf(laws) -> np.ndarray:
     """
     laws = np.asarray(laws, dtype=np.float64)
     c = np.cumsum(laws, axis=-1)
+    if laws.ndim == 1:                                   # one law: the common scalar case
+        c[np.flatnonzero(laws > 0)[-1]:] = 1.0
+        return c
     v = laws.shape[-1]
     last = v - 1 - np.argmax(laws[..., ::-1] > 0, axis=-1)
-    c[np.arange(v) >= np.asarray(last)[..., None]] = 1.0
+    c[np.arange(v) >= last[..., None]] = 1.0
     return c
 
 
@@ -203,7 +206,7 @@ def _check_shapes(p, q, proposals, n_proposed):
     """Validated arrays; ``p`` and ``q`` with a leading axis of 1 (shared) or ``rows`` laws."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     props = np.asarray(proposals)
-    if props.ndim != 2 or (props.size and not np.issubdtype(props.dtype, np.integer)):
+    if props.ndim != 2 or (props.size and props.dtype.kind not in "iu"):
         raise ValueError(f"proposals: must be integer token ids of shape (rows, gamma) "
                          f"(got {props.dtype} {props.shape})")
     rows, gamma = props.shape
@@ -217,13 +220,17 @@ def _check_shapes(p, q, proposals, n_proposed):
         raise ValueError(f"p: must have shape ({n}, {gamma + 1}, {v}) with a bonus position, "
                          f"or ({n}, {gamma}, {v}) without (the row axis absent when shared; "
                          f"got {p.shape})")
-    k = np.full(rows, gamma, dtype=np.int64) if n_proposed is None else np.asarray(n_proposed)
-    if k.shape != (rows,) or not np.issubdtype(k.dtype, np.integer) or (k < 0).any() or (k > gamma).any():
-        raise ValueError(f"n_proposed: must be {rows} integers in [0, {gamma}] (got {k!r})")
-    live = np.arange(gamma) < k[:, None]
-    if ((props < 0) | (props >= v))[live].any():
+    if n_proposed is None:                            # every row proposes gamma tokens
+        k, live = np.full(rows, gamma, dtype=np.int64), np.ones((rows, gamma), dtype=bool)
+    else:
+        k = np.asarray(n_proposed)
+        if k.shape != (rows,) or k.dtype.kind not in "iu" or (k < 0).any() or (k > gamma).any():
+            raise ValueError(f"n_proposed: must be {rows} integers in [0, {gamma}] (got {k!r})")
+        live = np.arange(gamma) < k[:, None]
+        props = np.where(live, props, 0)
+    if props.size and (props.min() < 0 or props.max() >= v):
         raise ValueError(f"proposals: token ids must lie in [0, {v}) for the proposed positions")
-    return p, q, np.where(live, props, 0).astype(np.int64), k.astype(np.int64), live
+    return p, q, props.astype(np.int64, copy=False), k.astype(np.int64, copy=False), live
 
 
 def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final=None) -> Verified:
@@ -290,7 +297,7 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
     if u_accept.shape != (rows, gamma):
         raise ValueError(f"u_accept: must have shape ({rows}, {gamma}) (got {u_accept.shape})")
     # 1. accept tests; the accepted prefix ends at the first failure
-    at = np.arange(rows)[:, None] % p.shape[0], np.arange(gamma)[None, :]
+    at = (np.arange(rows)[:, None] if p.shape[0] > 1 else 0), np.arange(gamma)[None, :]
     ok = speculative_accept(p[at + (props,)], q[at + (props,)], u_accept) & live
     n_acc = np.logical_and.accumulate(ok, axis=1).sum(axis=1, dtype=np.int64)
     corrected = n_acc < k
@@ -305,12 +312,14 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
         u = u_final[final]
     # 2. residual at the first rejection, 3. bonus from the position after the last proposal
     pos, rej = n_acc[final], corrected[final]
-    tokens = np.where(np.arange(gamma + 1) < n_acc[:, None], np.pad(props, ((0, 0), (0, 1))), -1)
-    if p.shape[0] == rows:                             # laws per row
-        laws = p[final, pos]
-        laws[rej] = residual_laws(laws[rej], q[final[rej], pos[rej]])
-        tokens[final, pos] = draw(laws, u)
-    else:                                              # shared laws: one law per (position, kind)
+    tokens = np.full((rows, gamma + 1), -1, dtype=np.int64)
+    tokens[:, :gamma] = np.where(np.arange(gamma) < n_acc[:, None], props, -1)
+    if p.shape[0] > 1:                                 # laws per row
+        r, j = final[rej], pos[rej]
+        tokens[r, j] = draw(residual_laws(p[r, j], q[r, j]), u[rej])
+        b, j = final[~rej], pos[~rej]
+        tokens[b, j] = draw(p[b, j], u[~rej])
+    else:                                              # one set of laws: one per (position, kind)
         for j, r in sorted(set(zip(pos.tolist(), rej.tolist()))):
             sel = (pos == j) & (rej == r)
             tokens[final[sel], j] = draw(residual_laws(p[0, j], q[0, j]) if r else p[0, j], u[sel])
