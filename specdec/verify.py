@@ -320,8 +320,9 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
         b, j = final[~rej], pos[~rej]
         tokens[b, j] = draw(p[b, j], u[~rej])
     else:                                              # one set of laws: one per (position, kind)
-        for j, r in sorted(set(zip(pos.tolist(), rej.tolist()))):
-            sel = (pos == j) & (rej == r)
-            tokens[final[sel], j] = draw(residual_laws(p[0, j], q[0, j]) if r else p[0, j], u[sel])
+        group = 2 * pos + rej                          # position j, corrected or bonus
+        for g in np.flatnonzero(np.bincount(group, minlength=2 * gamma + 2)):
+            j, sel = g // 2, group == g
+            tokens[final[sel], j] = draw(residual_laws(p[0, j], q[0, j]) if g % 2 else p[0, j], u[sel])
     return Verified(tokens=tokens, n_accepted=n_acc, n_emitted=n_acc + (corrected | bonus),
                     corrected=corrected, bonus=bonus)
