@@ -84,9 +84,9 @@ def test_chapter_4_sentences(chapters_at_other_seeds):
 @pytest.mark.slow
 def test_chapter_5_range_is_the_range_of_the_table(chapters_at_other_seeds):
     g = _glued(chapters_at_other_seeds, "05")
-    flawed = [v for k, v in g.items() if k.startswith("ch5_tv_") and k[7:] in {
-        "stale_proposals", "no_rollback", "bonus_wrong_position", "emit_after_eos"}]
-    assert len(flawed) == 4
+    flawed = list(g["ch5_tv_flawed"].values())            # the table's flawed rows
+    assert len(flawed) >= 2
+    assert all(g[f"ch5_tv_{name}"] == value for name, value in g["ch5_tv_flawed"].items())
     assert g["ch5_tv_flawed_min"] == min(flawed) and g["ch5_tv_flawed_max"] == max(flawed)
 
 
