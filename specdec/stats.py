@@ -13,7 +13,14 @@ turns counts into such statements:
   before that check catches it with a given power;
 * :func:`tv_ci`: a confidence interval for the total-variation distance between the law
   a sampler really follows and the exact law;
-* :func:`frequency_band`, :func:`max_deviation_bound`: calibrated bands for frequencies.
+* :func:`frequency_band`, :func:`max_deviation_bound`: calibrated bands for frequencies;
+* :func:`pool_cells` (the one pooling rule: cells grouped by their exact expected counts,
+  never by the data), :func:`bins_for_trials` (how many bins ``n`` trials support),
+  :func:`pooled_chisquare` (Pearson's statistic on the pooled cells, computed by scipy),
+  :func:`detectable_tv` and :func:`holm_adjust`: the statistics of the conformance kit
+  (:mod:`specdec.conformance`), also used by :func:`gof_test`.
+
+Used in Chapters 1, 3, 4, 5, 7 and 8 and by the conformance kit (Appendix A2).
 
 References
 ----------
@@ -27,12 +34,18 @@ References
    (``P(||empirical - law||_1 >= eps) <= (2^k - 2) exp(-n eps^2 / 2)``.)
 .. [3] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
    Speculative Decoding", ICML 2023, Sec. 2-3, App. A.1 (the law being checked).
+.. [4] W. G. Cochran, "Some methods for strengthening the common chi-square tests",
+   Biometrics 10(4), 417-451, 1954 (expected counts per cell).
+.. [5] H. B. Mann, A. Wald, "On the choice of the number of class intervals in the
+   application of the chi square test", Ann. Math. Statist. 13(3), 306-317, 1942.
+.. [6] S. Holm, "A simple sequentially rejective multiple test procedure",
+   Scandinavian Journal of Statistics 6(2), 65-70, 1979.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import optimize, stats
@@ -52,6 +65,15 @@ __all__ = [
     "tv_ci",
     "frequency_band",
     "max_deviation_bound",
+    "Binning",
+    "pool_cells",
+    "pool_sparse_cells",
+    "bins_for_trials",
+    "PooledGof",
+    "pooled_chisquare",
+    "noncentrality",
+    "detectable_tv",
+    "holm_adjust",
 ]
 
 
@@ -172,8 +194,8 @@ class GofResult:
     method : str
         Description of the statistic and of the pooling.
     pooled_cells : tuple of int
-        Token ids merged into one cell because their expected counts were below 5
-        (empty when nothing was pooled).
+        Token ids that share a cell with other tokens because their expected counts were
+        below 5 (:func:`pool_cells`; empty when nothing was pooled).
     """
 
     statistic: float
@@ -189,9 +211,8 @@ _LAMBDA = {"pearson": "pearson", "g": "log-likelihood"}
 def gof_test(counts, law, *, statistic: str = "pearson") -> GofResult:
     """Chi-square goodness-of-fit test of counts against an exact law.
 
-    Cells with expected count ``n law(x) < 5`` are pooled into one cell (the usual
-    validity rule of the chi-square approximation); if that pooled cell still expects
-    fewer than 5, it is merged with the smallest remaining cell. Tokens with
+    Cells with expected count ``n law(x) < 5`` are pooled by :func:`pool_cells` (the
+    usual validity rule of the chi-square approximation, Cochran 1954). Tokens with
     ``law(x) == 0`` are removed: a positive count there is an impossible event, reported
     as ``statistic = inf``, ``pvalue = 0``. The statistic is computed by
     :func:`scipy.stats.power_divergence`.
@@ -237,28 +258,17 @@ def gof_test(counts, law, *, statistic: str = "pearson") -> GofResult:
     if impossible.any():
         return GofResult(math.inf, int((lw > 0).sum()) - 1, 0.0,
                          f"{name}: impossible counts at tokens {np.flatnonzero(impossible).tolist()}", ())
-    cells = np.flatnonzero(lw > 0)
-    expected = n * lw[cells] / lw[cells].sum()
-    observed = c[cells].astype(np.float64)
-    small = expected < 5
-    pooled: tuple[int, ...] = ()
-    if small.any() and cells.size > 1:
-        group = list(np.flatnonzero(small))
-        rest = list(np.flatnonzero(~small))
-        if expected[group].sum() < 5 and rest:
-            j = min(rest, key=lambda i: expected[i])
-            group.append(j)
-            rest.remove(j)
-        pooled = tuple(int(cells[i]) for i in sorted(group))
-        expected = np.concatenate((expected[rest], [expected[group].sum()]))
-        observed = np.concatenate((observed[rest], [observed[group].sum()]))
-    dof = expected.size - 1
+    binning = pool_cells(lw, n, min_expected=5.0)
+    merged = binning.merged_cells()
+    pooled = tuple(int(i) for i in merged)
+    dof = binning.n_bins - 1
     method = f"{name}, scipy.stats.power_divergence"
     if pooled:
         method += f"; pooled tokens {list(pooled)} (expected counts < 5)"
     if dof < 1:
         return GofResult(0.0, 0, 1.0, method + "; one cell left, nothing to test", pooled)
-    res = stats.power_divergence(observed, expected, lambda_=_LAMBDA[statistic])
+    binned, _ = binning.bin_counts(c)
+    res = stats.power_divergence(binned, n * binning.law, lambda_=_LAMBDA[statistic])
     return GofResult(float(res.statistic), dof, float(res.pvalue), method, pooled)
 
 
@@ -363,12 +373,14 @@ def detection_threshold(false_alarm: float, cells: int) -> float:
 
 
 def pool_sparse_cells(counts, law, *, min_expected: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
-    """Merge the cells whose expected count is below ``min_expected`` into one cell.
+    """Pooled counts and law: :func:`pool_cells` applied to observed counts.
 
     Which cells are merged depends on the law and the number of trials only, never on
     the observed counts, so a test on the pooled counts keeps its false-alarm guarantee;
     pooling sparse cells gives the check more power on large vocabularies, where most
-    cells would otherwise hold a handful of expected counts each.
+    cells would otherwise hold a handful of expected counts each. Cells of probability
+    0 are kept as one last cell of probability 0 when they hold counts (an impossible
+    outcome stays visible to the check).
 
     Parameters
     ----------
@@ -377,17 +389,17 @@ def pool_sparse_cells(counts, law, *, min_expected: float = 5.0) -> tuple[np.nda
     law : array_like, shape (V,)
         Exact law of the outcomes (same shape as ``counts``).
     min_expected : float, default 5.0
-        Cells with ``n * law < min_expected`` (``n = counts.sum()``) are merged.
+        Floor of the expected count per bin (``n = counts.sum()``).
 
     Returns
     -------
-    counts, law : np.ndarray, shape (K,)
-        The kept cells followed, when any cell was merged, by the merged cell.
+    counts, law : np.ndarray, shape (B,) or (B + 1,)
+        One entry per bin of :func:`pool_cells`.
 
     Raises
     ------
     LawError
-        Invalid counts or law, mismatched shapes, or ``min_expected < 0``.
+        Invalid counts or law, mismatched shapes, or ``min_expected <= 0``.
 
     Examples
     --------
@@ -396,13 +408,14 @@ def pool_sparse_cells(counts, law, *, min_expected: float = 5.0) -> tuple[np.nda
     ([50, 45, 5], [0.5, 0.44, 0.06])
     """
     c, lw = _check_counts(np.ravel(counts), np.ravel(law))
-    if not (np.isfinite(min_expected) and min_expected >= 0):
-        raise LawError(f"min_expected: must be a finite number >= 0 (got {min_expected!r})")
-    big = lw * c.sum() >= min_expected
-    rest = lw[~big].sum()
-    if rest > 0:
-        return np.append(c[big], c[~big].sum()), np.append(lw[big], rest)
-    return c[big], lw[big]
+    try:
+        binning = pool_cells(lw, int(c.sum()), min_expected=min_expected)
+    except ValueError as exc:
+        raise LawError(str(exc)) from None
+    binned, impossible = binning.bin_counts(c)
+    if impossible:
+        return np.append(binned, impossible), np.append(binning.law, 0.0)
+    return binned, binning.law
 
 
 def assert_law(counts, law, *, false_alarm: float = 1e-9) -> float:
@@ -792,3 +805,385 @@ def max_deviation_bound(law, n: int, *, false_alarm: float = 1e-9) -> float:
     alpha = _check_level(false_alarm, "false_alarm")
     lo, hi = frequency_band(lw, n, false_alarm=alpha / lw.size)
     return float(np.max(np.maximum(lw - lo, hi - lw)))
+
+
+# --------------------------------------------------------------------------------------
+# Pooling, the pooled chi-square, detectable TV, Holm (the conformance kit's statistics)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Binning:
+    """A data-independent grouping of outcome cells into test bins (:func:`pool_cells`).
+
+    Attributes
+    ----------
+    bin_of : numpy.ndarray, shape (K,), int64
+        Bin index of each cell; ``-1`` for cells of probability 0 (impossible outcomes).
+    law : numpy.ndarray, shape (B,)
+        Probability of each bin (sums to 1).
+    pooled_cells : int
+        Number of cells that share their bin with at least one other cell.
+    floor : float
+        Minimum expected count per bin that was enforced.
+    """
+
+    bin_of: np.ndarray
+    law: np.ndarray
+    pooled_cells: int
+    floor: float
+
+    @property
+    def n_bins(self) -> int:
+        return int(self.law.size)
+
+    def merged_cells(self) -> np.ndarray:
+        """Indices of the cells that share their bin with another cell (ascending)."""
+        possible = self.bin_of >= 0
+        sizes = np.bincount(self.bin_of[possible], minlength=self.n_bins)
+        return np.flatnonzero(possible & (sizes[np.maximum(self.bin_of, 0)] > 1))
+
+    def bin_counts(self, counts) -> tuple[np.ndarray, int]:
+        """Counts per bin, and the count of impossible outcomes.
+
+        Parameters
+        ----------
+        counts : array_like, shape (K,)
+            Counts per cell.
+
+        Returns
+        -------
+        (numpy.ndarray of shape (B,), int)
+        """
+        counts = np.asarray(counts)
+        possible = self.bin_of >= 0
+        binned = np.bincount(self.bin_of[possible], weights=counts[possible],
+                             minlength=self.n_bins).round().astype(np.int64)
+        return binned, int(counts[~possible].sum())
+
+
+def bins_for_trials(trials: int, *, level: float = 0.05) -> int:
+    """Number of bins ``n`` observations support: Mann and Wald's rule.
+
+    ``k = ceil(4 (2 (n - 1)^2 / z^2)^(1/5))`` with ``z = Phi^{-1}(1 - level)``: the
+    number of equiprobable classes that Mann and Wald (1942) found to maximise the
+    chi-square test's power against the least favourable alternatives at level
+    ``level``. It grows like ``n^(2/5)``, so more trials resolve a finer partition of
+    the outcomes (for example, the tail of a large vocabulary): 198 bins at 20,000
+    trials, 497 at 200,000, 1,937 at 6 million.
+
+    Parameters
+    ----------
+    trials : int
+        Observations, >= 1.
+    level : float
+        The test's level in Mann and Wald's formula, in (0, 0.5).
+
+    Returns
+    -------
+    int
+        At least 2.
+
+    Raises
+    ------
+    ValueError
+        ``trials < 1`` or ``level`` outside (0, 0.5).
+
+    References
+    ----------
+    Mann and Wald (1942), the formula for the number of classes.
+
+    Examples
+    --------
+    >>> [bins_for_trials(n) for n in (20_000, 200_000, 6_000_000)]
+    [198, 497, 1937]
+    """
+    n = check_int(trials, "trials", minimum=1)
+    if not (0.0 < level < 0.5):
+        raise ValueError(f"level: must be in (0, 0.5) (got {level!r})")
+    z = float(stats.norm.isf(level))
+    return max(2, math.ceil(4.0 * (2.0 * (n - 1) ** 2 / z**2) ** 0.2))
+
+
+def pool_cells(law, trials: int, *, min_expected: float = 10.0, max_bins: int | None = None) -> Binning:
+    """Group cells so that every bin has an adequate expected count: the one pooling rule.
+
+    Cells of probability 0 get bin ``-1`` (an observation there is impossible under the
+    law). With ``floor = max(min_expected, trials / max_bins)`` (``min_expected`` when
+    ``max_bins`` is None), every cell whose expected count ``trials * law[i]`` reaches
+    ``floor`` is a bin of its own; the other cells are taken in decreasing order of
+    probability (ties: lower index first) and pooled greedily until each bin reaches
+    ``floor``; a last group that falls short is merged into the bin before it. The
+    result depends only on ``law`` and ``trials``, never on the data, so a test on the
+    bins keeps its level. :func:`gof_test` (floor 5), :func:`pool_sparse_cells` and the
+    conformance kit (floor 10, ``max_bins = bins_for_trials(trials)``) all use it.
+
+    Parameters
+    ----------
+    law : array_like, shape (K,)
+        Exact probability of each cell.
+    trials : int
+        Number of observations the counts will hold.
+    min_expected : float
+        Minimum expected count per bin (Cochran's rule asks for about 5; 10 keeps the
+        chi-square approximation accurate at small levels).
+    max_bins : int or None
+        Upper bound on the number of bins (a chi-square with fewer degrees of freedom
+        has more power against diffuse deviations); None: no bound but the floor.
+
+    Returns
+    -------
+    Binning
+
+    Raises
+    ------
+    ValueError
+        If ``law`` is not a valid law, ``trials < 1``, ``min_expected <= 0`` or
+        ``max_bins < 1``.
+
+    Examples
+    --------
+    >>> b = pool_cells([0.5, 0.3, 0.1996, 0.0002, 0.0002, 0.0], 1000)
+    >>> b.bin_of.tolist(), b.law.round(4).tolist(), b.pooled_cells
+    ([0, 1, 2, 2, 2, -1], [0.5, 0.3, 0.2], 3)
+    """
+    law = check_law(law, "law")
+    trials = check_int(trials, "trials")
+    if not (np.isfinite(min_expected) and min_expected > 0):
+        raise ValueError(f"min_expected: must be a finite number > 0 (got {min_expected!r})")
+    floor = float(min_expected)
+    if max_bins is not None:
+        floor = max(floor, trials / check_int(max_bins, "max_bins"))
+    bin_of = np.full(law.size, -1, dtype=np.int64)
+    possible = np.flatnonzero(law > 0)
+    order = possible[np.lexsort((possible, -law[possible]))]
+    expected = trials * law[order]
+    n_big = int(np.searchsorted(-expected, -floor, side="right"))  # expected sorted descending
+    bin_of[order[:n_big]] = np.arange(n_big)
+    groups: list[list[int]] = []
+    acc, current = 0.0, []
+    for cell, e in zip(order[n_big:].tolist(), expected[n_big:].tolist()):
+        current.append(cell)
+        acc += e
+        if acc >= floor:
+            groups.append(current)
+            acc, current = 0.0, []
+    if current:                      # a last group short of the floor
+        if groups:
+            groups[-1].extend(current)
+        elif n_big:
+            bin_of[current] = n_big - 1
+        else:
+            groups.append(current)
+    for j, cells in enumerate(groups):
+        bin_of[cells] = n_big + j
+    n_bins = int(bin_of.max()) + 1
+    bin_law = np.bincount(bin_of[possible], weights=law[possible], minlength=n_bins)
+    sizes = np.bincount(bin_of[possible], minlength=n_bins)
+    pooled = int(sizes[sizes > 1].sum())
+    return Binning(bin_of, bin_law / bin_law.sum(), pooled, floor)
+
+
+@dataclass(frozen=True)
+class PooledGof:
+    """Result of :func:`pooled_chisquare`.
+
+    Attributes
+    ----------
+    statistic : float
+        Pearson's X^2 on the bins of the possible outcomes (0 when ``dof == 0``).
+    dof : int
+        Bins - 1; 0 means there is nothing to test but impossible outcomes.
+    pvalue : float
+        Asymptotic chi-square p-value (1 when ``dof == 0``).
+    binned : numpy.ndarray, shape (B,)
+        Observed counts per bin.
+    impossible : int
+        Observations of outcomes of probability 0.
+    binning : Binning
+    noncentrality : float
+        Per-trial noncentrality estimate ``max(X^2 - dof, 0) / n`` (plans trials).
+    """
+
+    statistic: float
+    dof: int
+    pvalue: float
+    binned: np.ndarray = field(repr=False, compare=False)
+    impossible: int
+    binning: Binning = field(repr=False, compare=False)
+    noncentrality: float
+
+
+def pooled_chisquare(counts, law, *, min_expected: float = 10.0,
+                     max_bins: int | None = None) -> PooledGof:
+    """Pearson's chi-square test of counts against an exact law, on pooled cells.
+
+    The cells are grouped by :func:`pool_cells` (from the law and the number of trials
+    only); the statistic and p-value are computed by :func:`scipy.stats.chisquare` on
+    the possible outcomes; observations of impossible outcomes are counted apart (each
+    one disproves the law with certainty, whatever the statistic says).
+
+    Parameters
+    ----------
+    counts : array_like of int, shape (K,)
+        Observed counts per cell (may be all zero: then nothing is tested).
+    law : array_like, shape (K,)
+        Exact law of the cells.
+    min_expected, max_bins :
+        As for :func:`pool_cells`.
+
+    Returns
+    -------
+    PooledGof
+
+    Raises
+    ------
+    ValueError
+        Invalid law or pooling arguments; ``counts`` of another shape.
+
+    Examples
+    --------
+    >>> r = pooled_chisquare([100018, 59688, 40294], [0.5, 0.3, 0.2])
+    >>> r.dof, round(r.pvalue, 3), r.impossible
+    (2, 0.151, 0)
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    law = check_law(law, "law")
+    if counts.shape != law.shape:
+        raise ValueError(f"counts: shape {counts.shape} does not match law {law.shape}")
+    n = int(counts.sum())
+    binning = pool_cells(law, max(n, 1), min_expected=min_expected, max_bins=max_bins)
+    binned, impossible = binning.bin_counts(counts)
+    n_possible = n - impossible
+    dof = binning.n_bins - 1
+    if dof >= 1 and n_possible > 0:
+        res = stats.chisquare(binned, n_possible * binning.law)
+        stat, pvalue = float(res.statistic), float(res.pvalue)
+        lam1 = max(stat - dof, 0.0) / n_possible
+    else:
+        stat, pvalue, lam1 = 0.0, 1.0, 0.0
+    return PooledGof(stat, dof, pvalue, binned, impossible, binning, lam1)
+
+
+def noncentrality(dof: int, level: float, power: float) -> float:
+    """Noncentrality at which the chi-square(``dof``) test at ``level`` has ``power``.
+
+    Solves ``ncx2.sf(chi2.isf(level, dof), dof, lam) = power`` for ``lam`` (scipy's
+    noncentral chi-square, Brent's method).
+
+    Raises
+    ------
+    ValueError
+        ``dof < 1`` or a probability outside (0, 1).
+
+    Examples
+    --------
+    >>> round(noncentrality(2, 1e-3 / 11, 0.9), 2)
+    30.17
+    """
+    dof = check_int(dof, "dof", minimum=1)
+    for name, x in (("level", level), ("power", power)):
+        if not (0.0 < x < 1.0):
+            raise ValueError(f"{name}: must be in (0, 1) (got {x!r})")
+    crit = stats.chi2.isf(level, dof)
+
+    def gap(lam):
+        return stats.ncx2.sf(crit, dof, lam) - power
+
+    hi = 1.0
+    while gap(hi) < 0:
+        hi *= 2.0
+    return float(optimize.brentq(gap, 1e-9, hi, xtol=1e-9, rtol=1e-10))
+
+
+def detectable_tv(trials: int, dof: int, level: float, power: float) -> float:
+    """Smallest TV distance the pooled chi-square test detects with the given power.
+
+    For bin laws ``pi`` (target) and ``s`` (sampler), the Pearson statistic is
+    approximately noncentral chi-square with ``dof`` degrees of freedom and
+    noncentrality ``lambda = trials * sum (s - pi)^2 / pi``. By Cauchy-Schwarz,
+    ``sum |s - pi| <= sqrt(sum (s - pi)^2 / pi)``, so ``lambda >= 4 * trials * TV^2``
+    with equality for the least favourable direction. A TV of
+    ``sqrt(lambda* / (4 trials))``, where ``lambda*`` gives the test power ``power`` at
+    ``level`` (:func:`noncentrality`), is therefore detected with probability at least
+    ``power`` whatever its direction. With ``dof = 0`` (all the possible mass in one bin)
+    a deviation must move mass onto impossible outcomes, and
+    ``1 - (1 - power)^(1 / trials)`` is detected.
+
+    Parameters
+    ----------
+    trials : int
+        Observations.
+    dof : int
+        Degrees of freedom of the test (bins - 1), >= 0.
+    level : float
+        Significance level of the single test, in (0, 1).
+    power : float
+        Probability of detection, in (0, 1).
+
+    Returns
+    -------
+    float
+        TV distance (probability), on the test's bins.
+
+    Raises
+    ------
+    ValueError
+        On an out-of-range argument.
+
+    Examples
+    --------
+    >>> round(detectable_tv(200_000, 2, 1e-3 / 11, 0.9), 4)
+    0.0061
+    """
+    trials = check_int(trials, "trials")
+    dof = check_int(dof, "dof", minimum=0)
+    for name, x in (("level", level), ("power", power)):
+        if not (0.0 < x < 1.0):
+            raise ValueError(f"{name}: must be in (0, 1) (got {x!r})")
+    if dof == 0:
+        return float(-math.expm1(math.log1p(-power) / trials))
+    return float(math.sqrt(noncentrality(dof, level, power) / (4.0 * trials)))
+
+
+def holm_adjust(pvalues) -> np.ndarray:
+    """Holm-adjusted p-values (family-wise error control, any dependence).
+
+    ``adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))`` over the sorted p-values; a
+    hypothesis is rejected at family-wise level ``a`` iff its adjusted p-value is
+    ``<= a``.
+
+    Parameters
+    ----------
+    pvalues : array_like, shape (m,)
+
+    Returns
+    -------
+    numpy.ndarray, shape (m,)
+        In the input order.
+
+    Raises
+    ------
+    ValueError
+        If a p-value is NaN or outside [0, 1].
+
+    References
+    ----------
+    Holm (1979), the step-down procedure.
+
+    Examples
+    --------
+    >>> holm_adjust([0.01, 0.04, 0.03]).tolist()
+    [0.03, 0.06, 0.06]
+    """
+    p = np.asarray(pvalues, dtype=np.float64).ravel()
+    if p.size == 0:
+        return p
+    if np.isnan(p).any() or (p < 0).any() or (p > 1).any():
+        raise ValueError("pvalues: must all be in [0, 1]")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adj_sorted = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adj_sorted
+    return out

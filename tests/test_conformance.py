@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from specdec import block, conformance as C, flaws, gallery as G, laws, models, token
+from specdec import block, conformance as C, flaws, gallery as G, laws, models, stats, token
 from specdec.laws import LawError
 
 SEED = 20260925
@@ -157,7 +157,7 @@ def test_large_vocab_is_pooled_into_adequate_bins():
     # at the scalar default, most cells expect fewer than 5 counts: a chi-square over them
     # would be invalid; the bins all expect at least 10 (here: at least 20,000 / 100 = 200)
     assert (20_000 * big.p[big.p > 0] < 5).mean() > 0.5
-    b = C.pool_cells(big.p, 20_000)
+    b = C.pool_cells(big.p, 20_000, max_bins=100)
     assert (20_000 * b.law >= 200).all() and b.n_bins <= 100
     r = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=20_000, seed=SEED)
     assert r.passed and r.cases[0].law.bins == b.n_bins
@@ -170,7 +170,7 @@ def test_chi_square_pooling_is_calibrated_on_the_large_vocabulary():
     pvals = []
     for _ in range(400):
         counts = g.multinomial(20_000, big.p)
-        chk, _ = C._gof("law", counts, big.p, min_expected=10.0, max_bins=100, confidence=0.95)
+        chk = stats.pooled_chisquare(counts, big.p, min_expected=10.0, max_bins=100)
         pvals.append(chk.pvalue)
     pvals = np.array(pvals)
     assert sps.kstest(pvals, "uniform").pvalue > 1e-3
@@ -495,7 +495,7 @@ def test_cli_as_a_module():
 
 def _binned_tv(exact, case, trials) -> float:
     """Exact TV between a law and the target, on the bins the kit uses for ``trials``."""
-    b = C.pool_cells(case.p, trials)
+    b = C.pool_cells(case.p, trials, max_bins=100)
     ok = b.bin_of >= 0
     s = np.bincount(b.bin_of[ok], weights=exact[ok], minlength=b.n_bins)
     return 0.5 * (np.abs(s - b.law).sum() + exact[~ok].sum())

@@ -1,0 +1,257 @@
+"""Calling conventions of the samplers the kit tests: marks, signatures, loading by name.
+
+See the package docstring (:mod:`specdec.conformance`) for the conventions themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+__all__ = ["TOKEN", "BLOCK", "LAWS", "LOGITS", "SamplerSpec", "token_sampler", "block_sampler",
+           "describe_sampler", "load_sampler"]
+
+TOKEN = "token"
+BLOCK = "block"
+LAWS = "laws"
+LOGITS = "logits"
+
+#: Default trials per case: token samplers called once per step, vectorised token
+#: samplers, block samplers (one trial = one decode of ``length`` tokens).
+DEFAULT_TRIALS = {"scalar": 20_000, "vectorised": 200_000, "block": 10_000,
+                  "block_vectorised": 100_000}
+
+#: Largest number of steps requested from a vectorised sampler in one call.
+CHUNK = 1 << 18
+
+_MARK = "__conformance__"
+
+
+# --------------------------------------------------------------------------------------
+# Samplers: calling conventions
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """How the kit calls a sampler.
+
+    Attributes
+    ----------
+    kind : {"token", "block"}
+        One speculative step, or one speculative cycle over toy autoregressive models.
+    vectorised : bool
+        The callable produces ``n`` independent outcomes per call (token steps, or whole
+        decodes for a block sampler).
+    inputs : {"laws", "logits"}
+        Token samplers only: receives processed laws ``(p, q)`` or raw logits plus the
+        sampling settings.
+    name : str
+        Printable name (``module:qualname``).
+    """
+
+    kind: str
+    vectorised: bool = False
+    inputs: str = LAWS
+    name: str = "sampler"
+
+
+def _callable_name(f: Any) -> str:
+    mod = getattr(f, "__module__", None) or type(f).__module__
+    qual = getattr(f, "__qualname__", None) or type(f).__qualname__
+    return f"{mod}:{qual}"
+
+
+def _check_choice(value, name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name}: must be one of {', '.join(map(repr, choices))} (got {value!r})")
+    return value
+
+
+def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inputs: str = LAWS):
+    """Mark a callable as a token-level sampler (decorator, with or without arguments).
+
+    Parameters
+    ----------
+    func : callable, optional
+        The sampler; see the module docstring for the signatures.
+    vectorised : bool
+        ``True`` if the sampler takes a trailing ``n`` and returns ``n`` draws.
+    inputs : {"laws", "logits"}
+        What the sampler receives: processed laws ``(p, q)``, or logits and settings.
+
+    Returns
+    -------
+    callable
+        ``func`` itself, with a :class:`SamplerSpec` attached.
+
+    Raises
+    ------
+    ValueError
+        If ``inputs`` is not ``"laws"`` or ``"logits"``.
+
+    Examples
+    --------
+    >>> @token_sampler(vectorised=True)
+    ... def mine(p, q, rng, n):
+    ...     return rng.choice(len(p), size=n, p=p)
+    >>> describe_sampler(mine).vectorised
+    True
+    """
+    _check_choice(inputs, "inputs", (LAWS, LOGITS))
+
+    def mark(f):
+        setattr(f, _MARK, SamplerSpec(TOKEN, bool(vectorised), inputs, _callable_name(f)))
+        return f
+
+    return mark(func) if func is not None else mark
+
+
+def block_sampler(func: Callable | None = None, *, vectorised: bool = False):
+    """Mark a callable (or a class of callables) as a block-level sampler.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(target, draft, prefix, gamma, rng)`` (one cycle) or, with
+        ``vectorised=True``, ``func(target, draft, prefix, gamma, length, rng, n)`` (``n``
+        whole decodes); see the module docstring.
+    vectorised : bool
+        Whole decodes at once.
+
+    Returns
+    -------
+    callable
+        ``func`` itself, with a :class:`SamplerSpec` attached.
+    """
+
+    def mark(f):
+        setattr(f, _MARK, SamplerSpec(BLOCK, bool(vectorised), LAWS, _callable_name(f)))
+        return f
+
+    return mark(func) if func is not None else mark
+
+
+def _required_positional(f) -> int | None:
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for prm in sig.parameters.values()
+               if prm.kind in kinds and prm.default is inspect.Parameter.empty)
+
+
+def _has_keyword(f, name: str) -> bool:
+    try:
+        return name in inspect.signature(f).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | None = None,
+                     inputs: str | None = None) -> SamplerSpec:
+    """Decide how to call ``sampler``.
+
+    Explicit arguments win; then the mark left by :func:`token_sampler` or
+    :func:`block_sampler`; then the signature: 7 required positional parameters means a
+    vectorised block sampler, 5 a block sampler, 4 a vectorised token sampler, 3 a token
+    sampler; a keyword parameter named ``temperature`` means logits inputs.
+
+    Parameters
+    ----------
+    sampler : callable
+        The sampler under test.
+    kind : {"token", "block"} or None
+    vectorised : bool or None
+    inputs : {"laws", "logits"} or None
+
+    Returns
+    -------
+    SamplerSpec
+
+    Raises
+    ------
+    TypeError
+        If ``sampler`` is not callable.
+    ValueError
+        If an argument is not one of its choices, or if nothing is said and the signature
+        does not decide (e.g. ``*args``).
+
+    Examples
+    --------
+    >>> describe_sampler(lambda target, draft, prefix, gamma, rng: [0]).kind
+    'block'
+    >>> describe_sampler(lambda p, q, rng: 0)
+    SamplerSpec(kind='token', vectorised=False, inputs='laws', name='specdec.conformance.conventions:<lambda>')
+    """
+    if not callable(sampler):
+        raise TypeError(f"sampler: must be callable (got {type(sampler).__name__})")
+    if kind is not None:
+        _check_choice(kind, "kind", (TOKEN, BLOCK))
+    if inputs is not None:
+        _check_choice(inputs, "inputs", (LAWS, LOGITS))
+    mark = getattr(sampler, _MARK, None)
+    if isinstance(mark, SamplerSpec):
+        spec = mark
+    else:
+        n = _required_positional(sampler)
+        if n in (5, 7):
+            guess = SamplerSpec(BLOCK, vectorised=(n == 7))
+        elif n in (3, 4):
+            guess = SamplerSpec(TOKEN, vectorised=(n == 4),
+                                inputs=LOGITS if _has_keyword(sampler, "temperature") else LAWS)
+        elif kind is None:
+            raise ValueError(
+                "sampler: cannot tell the calling convention from the signature "
+                f"({n} required positional parameters); pass kind= (and vectorised=, inputs=) "
+                "or mark it with @token_sampler / @block_sampler")
+        else:
+            guess = SamplerSpec(kind)
+        spec = dataclasses.replace(guess, name=_callable_name(sampler))
+    if kind is not None and kind != spec.kind:
+        spec = dataclasses.replace(spec, kind=kind)
+    if vectorised is not None:
+        spec = dataclasses.replace(spec, vectorised=bool(vectorised))
+    if inputs is not None:
+        spec = dataclasses.replace(spec, inputs=inputs)
+    if spec.kind == BLOCK and spec.inputs != LAWS:
+        raise ValueError("inputs: block samplers receive toy models, not logits "
+                         "(inputs='logits' applies to token samplers only)")
+    return spec
+
+
+
+def load_sampler(target: str):
+    """Import ``package.module:attribute`` (``attribute`` may be dotted), by :func:`pkgutil.resolve_name`.
+
+    A class is instantiated without arguments (stateful samplers such as
+    :class:`specdec.gallery.StaleProposals`).
+
+    Raises
+    ------
+    ValueError
+        If the string is malformed or the attribute cannot be found.
+    ImportError
+        If the module cannot be imported.
+    """
+    if not isinstance(target, str) or not target.strip(". :"):
+        raise ValueError(f"sampler: expected 'package.module:function' (got {target!r})")
+    try:
+        obj = pkgutil.resolve_name(target)       # 'pkg.mod:attr' or 'pkg.mod.attr'
+    except AttributeError as exc:
+        mod_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
+        raise ValueError(f"sampler: module {mod_name!r} has no attribute {attr!r} ({exc})") from None
+    except ValueError:
+        raise ValueError(f"sampler: expected 'package.module:function' (got {target!r})") from None
+    if inspect.ismodule(obj):
+        raise ValueError(f"sampler: {target!r} is a module, not a sampler; to name a "
+                         f"function of it, write '{target}:function'")
+    if inspect.isclass(obj):  # a stateful sampler class: one instance, reset between decodes
+        obj = obj()
+    return obj
+
+

@@ -1,0 +1,306 @@
+"""What a battery found: checks, case results, the report and its Markdown rendering."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .conventions import TOKEN, SamplerSpec
+
+__all__ = ["Check", "CycleAccounting", "CaseResult", "Report"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One goodness-of-fit check of observed counts against an exact law.
+
+    Attributes
+    ----------
+    name : str
+        ``"law"`` (what the sampler emits) or ``"accounting"`` (the joint law of what it
+        emits and what it reports as accepted).
+    method : str
+        Human-readable test description.
+    trials : int
+        Observations.
+    statistic : float
+        Pearson chi-square on the bins (0 when there is nothing to test).
+    dof : int
+        Degrees of freedom; 0 means no chi-square (one bin).
+    pvalue : float
+        Unadjusted p-value (1.0 when ``dof == 0``).
+    bins, pooled_cells : int
+        Number of bins, and cells sharing a bin.
+    impossible : int
+        Observations of outcomes with exact probability 0 (each one is a failure).
+    tv, tv_low, tv_high : float
+        Plug-in TV distance on the bins (including impossible outcomes), and its
+        confidence interval.
+    tv_detectable : float
+        Smallest TV detected with the report's power at the Bonferroni level.
+    trials_needed : float
+        Estimated trials at which this check would catch the observed deviation with the
+        report's power (``inf`` when no deviation is seen).
+    adjusted_pvalue : float
+        Holm-adjusted p-value over the battery.
+    failed : bool
+        Impossible outcomes observed, or adjusted p-value <= false alarm.
+    """
+
+    name: str
+    method: str
+    trials: int
+    statistic: float
+    dof: int
+    pvalue: float
+    bins: int
+    pooled_cells: int
+    impossible: int
+    tv: float
+    tv_low: float
+    tv_high: float
+    tv_detectable: float = float("nan")
+    trials_needed: float = float("inf")
+    adjusted_pvalue: float = float("nan")
+    failed: bool = False
+
+
+
+
+@dataclass(frozen=True)
+class CycleAccounting:
+    """What the sampler reported about its cycles, beside the exact values.
+
+    Token cases: one cycle is one step (one token emitted, one proposal). Block cases:
+    the exact values are for the first cycle of a decode (it starts at the case's prefix,
+    where the law of a cycle is known); the observed ``first_*`` values are over those
+    cycles, the others over every cycle of every decode.
+
+    Attributes
+    ----------
+    cycles : int
+        Cycles observed.
+    emitted_per_cycle : float
+        Mean tokens emitted per cycle (all cycles).
+    acceptance : float or None
+        Total accepted / total proposed, as reported (None if not reported).
+    first_emitted : float
+        Mean tokens emitted per first cycle.
+    first_accepted : float or None
+        Mean accepted proposals reported per first cycle (None if not reported).
+    exact_emitted, exact_accepted : float
+        Their exact values for a correct sampler: ``E`` (tokens per cycle) and the
+        expected number of accepted proposals (for a token step, 1 and ``beta``).
+    """
+
+    cycles: int
+    emitted_per_cycle: float
+    acceptance: float | None
+    first_emitted: float
+    first_accepted: float | None
+    exact_emitted: float
+    exact_accepted: float
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The outcome of one case.
+
+    Attributes
+    ----------
+    name, kind, description : str
+    trials : int
+        Repetitions (token steps, or decodes for block cases).
+    law : Check or None
+        Law check (None if the sampler could not be run at all).
+    accounting : Check or None
+        Accounting check (None if the sampler reports no acceptance information, or the
+        case has no exact accounting law).
+    cycles : CycleAccounting or None
+    violations : tuple of str
+        Deterministic failures: impossible outcomes, malformed outputs, exceptions,
+        accounting identities that do not hold.
+    passed : bool
+    seconds : float
+        Wall time (not part of equality: reports from the same seed compare equal).
+    """
+
+    name: str
+    kind: str
+    description: str
+    trials: int
+    law: Check | None
+    accounting: Check | None
+    cycles: CycleAccounting | None
+    violations: tuple[str, ...]
+    passed: bool = True
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in (self.law, self.accounting) if c is not None)
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.passed else "FAIL"
+
+    @property
+    def trials_needed(self) -> float:
+        """Fewest trials at which one of the case's checks would catch what was seen."""
+        return min((c.trials_needed for c in self.checks), default=float("inf"))
+
+
+def _fmt_p(x: float) -> str:
+    if x != x:
+        return "n/a"
+    return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
+
+
+def _fmt_tv(x: float) -> str:
+    return f"{x:.4f}" if x >= 1e-3 else f"{x:.1e}"
+
+
+def _fmt_n(x: float) -> str:
+    if not np.isfinite(x):
+        return "-"
+    return f"{int(math.ceil(x)):,}"
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of a battery.
+
+    Attributes
+    ----------
+    sampler : SamplerSpec
+    seed : int
+    false_alarm : float
+        Family-wise false-alarm probability of the battery.
+    power : float
+        Power at which ``tv_detectable`` is stated.
+    confidence : float
+        Level of the TV intervals.
+    correction : str
+        ``"holm"``.
+    n_tests : int
+        Statistical checks in the family (``m``).
+    cases : tuple of CaseResult
+    passed : bool
+    seconds : float
+        Total wall time (not part of equality).
+    """
+
+    sampler: SamplerSpec
+    seed: int
+    false_alarm: float
+    power: float
+    confidence: float
+    correction: str
+    n_tests: int
+    cases: tuple[CaseResult, ...]
+    passed: bool
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def failures(self) -> tuple[CaseResult, ...]:
+        return tuple(c for c in self.cases if not c.passed)
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+    def case(self, name: str) -> CaseResult:
+        """The result of the case called ``name`` (KeyError if absent)."""
+        for c in self.cases:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def trials_needed(self) -> float:
+        """Fewest trials per case at which some check would have caught the sampler."""
+        return min((c.trials_needed for c in self.failures), default=float("inf"))
+
+    @property
+    def max_tv(self) -> CaseResult | None:
+        """The case with the largest TV found (lower confidence bound first)."""
+        with_law = [c for c in self.cases if c.law is not None]
+        if not with_law:
+            return None
+        return max(with_law, key=lambda c: (c.law.tv_low, c.law.tv))
+
+    def to_markdown(self, *, timings: bool = False, heading: bool = True) -> str:
+        """A readable report: verdict, settings, one table row per case, and failures.
+
+        Parameters
+        ----------
+        timings : bool
+            Include wall times (off by default, so the text is reproducible).
+        heading : bool
+            Start with a ``##`` heading (else a bold line, for embedding in a page).
+
+        Returns
+        -------
+        str
+            Markdown (GitHub tables).
+        """
+        spec = self.sampler
+        conv = f"{spec.kind} sampler" + (", vectorised" if spec.vectorised else "") + (
+            f", {spec.inputs} inputs" if spec.kind == TOKEN else "")
+        title = f"Conformance report: {self.verdict}"
+        lines = [
+            f"## {title}" if heading else f"**{title}**",
+            "",
+            f"Sampler `{spec.name}` ({conv}); seed {self.seed}; {len(self.cases)} cases, "
+            f"{len(self.failures)} failed.",
+            f"False-alarm probability of the whole battery <= {self.false_alarm:g} "
+            f"({self.correction.capitalize()} over {self.n_tests} statistical checks); "
+            f"detectable TV at power {self.power:g}; TV intervals at {self.confidence:.0%}.",
+            "",
+            "| case | trials | test | p (Holm) | TV found [CI] | detectable TV | verdict |",
+            "|:--|--:|:--|--:|:--|--:|:--|",
+        ]
+        for c in self.cases:
+            if c.law is None:
+                lines.append(f"| {c.name} | {c.trials:,} | not run | - | - | - | {c.verdict} |")
+                continue
+            padj = min((k.adjusted_pvalue for k in c.checks if k.dof > 0), default=float("nan"))
+            lines.append(
+                f"| {c.name} | {c.trials:,} | {c.law.bins} bin{'s' if c.law.bins > 1 else ''}"
+                f"{' (pooled)' if c.law.pooled_cells else ''}"
+                f"{' + accounting' if c.accounting is not None else ''} | {_fmt_p(padj)} | "
+                f"{c.law.tv:.4f} [{c.law.tv_low:.4f}, {c.law.tv_high:.4f}] | "
+                f"{_fmt_tv(c.law.tv_detectable)} | {c.verdict} |")
+        acc = [c for c in self.cases if c.cycles is not None and c.cycles.acceptance is not None]
+        if acc:
+            lines += ["", "Accounting reported by the sampler (exact values for a correct sampler):",
+                      "", "| case | cycles | emitted/cycle | acceptance | first cycle: emitted "
+                      "(exact) | first cycle: accepted (exact) |",
+                      "|:--|--:|--:|--:|--:|--:|"]
+            for c in acc:
+                y = c.cycles
+                lines.append(f"| {c.name} | {y.cycles:,} | {y.emitted_per_cycle:.4f} | "
+                             f"{y.acceptance:.4f} | {y.first_emitted:.4f} ({y.exact_emitted:.4f}) | "
+                             f"{y.first_accepted:.4f} ({y.exact_accepted:.4f}) |")
+        if self.failures:
+            lines += ["", "Failures:", ""]
+            for c in self.failures:
+                reasons = list(c.violations)
+                for k in c.checks:
+                    if k.failed and k.impossible == 0:
+                        reasons.append(f"{k.name}: {k.method}, chi-square {k.statistic:.1f} on "
+                                       f"{k.dof} dof, Holm-adjusted p = {_fmt_p(k.adjusted_pvalue)}")
+                need = _fmt_n(c.trials_needed)
+                lines.append(f"- **{c.name}** ({c.description}); trials needed ~ {need}: "
+                             + "; ".join(reasons))
+        if timings:
+            lines += ["", f"Wall time {self.seconds:.2f} s: "
+                      + ", ".join(f"{c.name} {c.seconds:.2f} s" for c in self.cases) + "."]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:  # pragma: no cover - convenience
+        return self.to_markdown()
+
+
