@@ -507,3 +507,44 @@ BUGS: tuple[GalleryEntry, ...] = (
     GalleryEntry("overcounting", 9, "accounting: accepts after a rejection counted",
                  lambda: overcounting_cycle, "block", _exact_target),
 )
+
+
+# --------------------------------------------------------------------------------------
+# Samplers for the conformance kit's conventions (Issue: the kit on real implementations)
+# --------------------------------------------------------------------------------------
+
+
+@token_sampler(vectorised=True)
+def argmax_draft(p, q, rng, n):
+    """Correct, with its own proposals: the draft proposes its arg-max, the ratio uses that point mass.
+
+    The proposal law is the point mass ``delta`` on ``x* = argmax q``; the step accepts
+    ``x*`` with probability ``min(1, p(x*) / 1)`` and otherwise draws from the residual
+    ``(p - delta)+ / Z``, which is ``p`` without ``x*``, renormalised. The output law is
+    exactly ``p`` (Leviathan et al. 2023, App. A.1, with ``q = delta``), but the accepted
+    flags cannot follow the joint law of proposals drawn from ``q``: the kit must detect
+    that the proposals come from another law and not call the accounting wrong. Compare
+    bug 2, :func:`greedy_draft`, which makes the same proposal but puts ``q`` in the ratio.
+    """
+    star = int(np.argmax(q))
+    point = np.zeros_like(p)
+    point[star] = 1.0
+    return _verify(p, point, np.full(n, star), rng)
+
+
+@block_sampler(vectorised=True)
+def past_eos_generation(target, draft, prefix, gamma, length, rng, n):
+    """Bug: a vectorised block engine that does not stop at end-of-sequence.
+
+    Decodes ``length`` tokens whatever they are: after an accepted end-of-sequence
+    proposal, the proposals drafted after it are emitted too, and decoding goes on. The
+    tokens up to the first end-of-sequence follow the exact law, so only a check for
+    tokens after it catches the bug.
+    """
+    import dataclasses as _dc
+
+    from specdec import block
+
+    no_eos = [_dc.replace(m, eos=None) for m in (target, draft)]
+    out = block.simulate_generation(*no_eos, prefix, gamma, length, n, rng)
+    return out.tokens

@@ -44,6 +44,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -1085,6 +1086,11 @@ def noncentrality(dof: int, level: float, power: float) -> float:
     for name, x in (("level", level), ("power", power)):
         if not (0.0 < x < 1.0):
             raise ValueError(f"{name}: must be in (0, 1) (got {x!r})")
+    return _noncentrality(dof, float(level), float(power))
+
+
+@functools.lru_cache(maxsize=8192)
+def _noncentrality(dof: int, level: float, power: float) -> float:
     crit = stats.chi2.isf(level, dof)
 
     def gap(lam):

@@ -116,13 +116,13 @@ from __future__ import annotations
 
 from specdec.stats import Binning, detectable_tv, holm_adjust, pool_cells
 
+from .plan import DEFAULT_RESOLUTION, Plan, plan_battery
 from .cases import BLOCK_CASE_NAMES, CASE_NAMES, BlockCase, TokenCase, block_cases, token_cases
-from .conventions import DEFAULT_TRIALS, SamplerSpec, block_sampler, describe_sampler, load_sampler, token_sampler
+from .conventions import SamplerSpec, block_sampler, describe_sampler, load_sampler, token_sampler
 from .report import CaseResult, Check, CycleAccounting, Report
 from .runner import assert_conforms, run_battery, run_case
 
 __all__ = [
-    "DEFAULT_TRIALS",
     "SamplerSpec",
     "token_sampler",
     "block_sampler",
@@ -142,6 +142,9 @@ __all__ = [
     "CycleAccounting",
     "CaseResult",
     "Report",
+    "DEFAULT_RESOLUTION",
+    "Plan",
+    "plan_battery",
     "run_case",
     "run_battery",
     "assert_conforms",

@@ -1,4 +1,10 @@
-"""Command line: ``python -m specdec.conformance package.module:function``."""
+"""Command line: ``python -m specdec.conformance package.module:function``.
+
+Unless ``--trials`` is given, the kit first runs a short pilot of every case, prints the
+plan (trials per case, estimated time, the detectable TV it buys) to standard error,
+then runs it. ``--resolution TV`` asks for a detectable TV; ``--budget SECONDS`` for the
+best TV that time allows; ``--plan`` prints the plan and stops.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,10 @@ import sys
 from typing import Sequence
 
 from .cases import block_cases, token_cases
-from .conventions import BLOCK, LAWS, LOGITS, TOKEN, load_sampler
-from .runner import run_battery
+from .conventions import (AUTO, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED, OWN, TOKEN,
+                          describe_sampler, load_sampler)
+from .plan import plan_battery
+from .runner import _resolve_cases, run_battery
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,8 +34,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--vectorised", action="store_true", default=None,
                     help="token sampler takes a trailing n and returns n draws")
     ap.add_argument("--inputs", choices=(LAWS, LOGITS))
+    ap.add_argument("--proposals", choices=(AUTO, FROM_Q, OWN), default=None,
+                    help="where the sampler's proposals come from (default: detected)")
+    ap.add_argument("--accepted-eos", choices=(AUTO, COUNTED, NOT_COUNTED), default=None,
+                    help="whether an accepted end-of-sequence is reported as accepted")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--trials", type=int, default=None)
+    ap.add_argument("--trials", type=int, default=None, help="trials per case (no pilot)")
+    ap.add_argument("--resolution", type=float, default=None,
+                    help="detectable TV wanted on every case (default 0.001 vectorised, "
+                         "0.01 per step)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds for the whole battery: the best resolution it allows")
+    ap.add_argument("--plan", action="store_true", help="print the plan (after a pilot) and stop")
     ap.add_argument("--false-alarm", type=float, default=1e-3)
     ap.add_argument("--power", type=float, default=0.9)
     ap.add_argument("--cases", default=None, help="comma-separated case names")
@@ -47,15 +65,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sampler = load_sampler(args.sampler)
         cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
-        report = run_battery(sampler, kind=args.kind, vectorised=args.vectorised, inputs=args.inputs,
-                             cases=cases, seed=args.seed, trials=args.trials,
+        conv = dict(kind=args.kind, vectorised=args.vectorised, inputs=args.inputs,
+                    proposals=args.proposals, accepted_eos=args.accepted_eos)
+        trials = args.trials
+        resolution = None
+        if trials is None:
+            spec = describe_sampler(sampler, **conv)
+            case_list = _resolve_cases(spec.kind, cases)
+            the_plan = plan_battery(spec, sampler, case_list, resolution=args.resolution,
+                                    budget=args.budget, false_alarm=args.false_alarm,
+                                    power=args.power, seed=args.seed, pilot=True)
+            print(f"plan: {the_plan.summary()}", file=sys.stderr, flush=True)
+            if args.plan:
+                print("| case | trials | detectable TV | seconds (estimated) |")
+                print("|:--|--:|--:|--:|")
+                for name, n, tv, c in zip(the_plan.cases, the_plan.trials, the_plan.tv_detectable,
+                                          the_plan.seconds_per_trial):
+                    print(f"| {name} | {n:,} | {tv:.2g} | {n * c:.1f} |")
+                return 0
+            trials, resolution = the_plan.trials_by_case, the_plan.resolution
+        report = run_battery(sampler, **conv, cases=cases, seed=args.seed, trials=trials,
                              false_alarm=args.false_alarm, power=args.power)
+        if resolution is not None:
+            import dataclasses
+
+            report = dataclasses.replace(report, resolution=resolution)
     except (ImportError, ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.to_markdown(timings=args.timings))
     return 0 if report.passed else 1
-
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,7 +11,8 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["TOKEN", "BLOCK", "LAWS", "LOGITS", "SamplerSpec", "token_sampler", "block_sampler",
+__all__ = ["TOKEN", "BLOCK", "LAWS", "LOGITS", "AUTO", "FROM_Q", "OWN", "COUNTED", "NOT_COUNTED",
+           "SamplerSpec", "token_sampler", "block_sampler",
            "describe_sampler", "load_sampler"]
 
 TOKEN = "token"
@@ -19,10 +20,13 @@ BLOCK = "block"
 LAWS = "laws"
 LOGITS = "logits"
 
-#: Default trials per case: token samplers called once per step, vectorised token
-#: samplers, block samplers (one trial = one decode of ``length`` tokens).
-DEFAULT_TRIALS = {"scalar": 20_000, "vectorised": 200_000, "block": 10_000,
-                  "block_vectorised": 100_000}
+#: Accounting conventions (see :class:`SamplerSpec`): where proposals come from, and how
+#: an accepted end-of-sequence proposal is counted. ``AUTO``: decided from the data.
+AUTO = "auto"
+FROM_Q = "q"
+OWN = "own"
+COUNTED = "counted"
+NOT_COUNTED = "not_counted"
 
 #: Largest number of steps requested from a vectorised sampler in one call.
 CHUNK = 1 << 18
@@ -51,12 +55,29 @@ class SamplerSpec:
         sampling settings.
     name : str
         Printable name (``module:qualname``).
+    proposals : {"auto", "q", "own"}
+        Accounting convention: the proposals are drawn from the draft law ``q`` the kit
+        passes (``"q"``), or from a law of the sampler's own (``"own"``: an arg-max draft,
+        a draft restricted to a smaller vocabulary, a different precision). With
+        ``"own"`` the reported accepted flags are checked only against the identities
+        that hold for every proposal law, and a low acceptance is an efficiency warning.
+        ``"auto"`` (default): ``"q"`` unless a token case shows accept/reject outcomes
+        that proposals from ``q`` can never give but another proposal law can (the
+        report says it was detected).
+    accepted_eos : {"auto", "counted", "not_counted"}
+        Block accounting convention: a cycle that ends at an *accepted* end-of-sequence
+        proposal reports it among the accepted proposals (``"counted"``, as
+        :mod:`specdec.block` does) or not (``"not_counted"``, as Hugging Face transformers
+        does: it reports ``n_matches = L - 1``). ``"auto"``: ``"counted"`` if some cycle
+        reports it, else ``"not_counted"``.
     """
 
     kind: str
     vectorised: bool = False
     inputs: str = LAWS
     name: str = "sampler"
+    proposals: str = AUTO
+    accepted_eos: str = AUTO
 
 
 def _callable_name(f: Any) -> str:
@@ -71,7 +92,8 @@ def _check_choice(value, name: str, choices: Sequence[str]) -> str:
     return value
 
 
-def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inputs: str = LAWS):
+def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inputs: str = LAWS,
+                  proposals: str = AUTO):
     """Mark a callable as a token-level sampler (decorator, with or without arguments).
 
     Parameters
@@ -82,6 +104,8 @@ def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inp
         ``True`` if the sampler takes a trailing ``n`` and returns ``n`` draws.
     inputs : {"laws", "logits"}
         What the sampler receives: processed laws ``(p, q)``, or logits and settings.
+    proposals : {"auto", "q", "own"}
+        Where its proposals come from (see :class:`SamplerSpec`).
 
     Returns
     -------
@@ -91,7 +115,7 @@ def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inp
     Raises
     ------
     ValueError
-        If ``inputs`` is not ``"laws"`` or ``"logits"``.
+        If ``inputs`` or ``proposals`` is not one of its choices.
 
     Examples
     --------
@@ -102,15 +126,18 @@ def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inp
     True
     """
     _check_choice(inputs, "inputs", (LAWS, LOGITS))
+    _check_choice(proposals, "proposals", (AUTO, FROM_Q, OWN))
 
     def mark(f):
-        setattr(f, _MARK, SamplerSpec(TOKEN, bool(vectorised), inputs, _callable_name(f)))
+        setattr(f, _MARK, SamplerSpec(TOKEN, bool(vectorised), inputs, _callable_name(f),
+                                      proposals=proposals))
         return f
 
     return mark(func) if func is not None else mark
 
 
-def block_sampler(func: Callable | None = None, *, vectorised: bool = False):
+def block_sampler(func: Callable | None = None, *, vectorised: bool = False, proposals: str = AUTO,
+                  accepted_eos: str = AUTO):
     """Mark a callable (or a class of callables) as a block-level sampler.
 
     Parameters
@@ -121,15 +148,26 @@ def block_sampler(func: Callable | None = None, *, vectorised: bool = False):
         whole decodes); see the module docstring.
     vectorised : bool
         Whole decodes at once.
+    proposals : {"auto", "q", "own"}
+    accepted_eos : {"auto", "counted", "not_counted"}
+        Accounting conventions (see :class:`SamplerSpec`).
 
     Returns
     -------
     callable
         ``func`` itself, with a :class:`SamplerSpec` attached.
+
+    Raises
+    ------
+    ValueError
+        If a convention is not one of its choices.
     """
+    _check_choice(proposals, "proposals", (AUTO, FROM_Q, OWN))
+    _check_choice(accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED))
 
     def mark(f):
-        setattr(f, _MARK, SamplerSpec(BLOCK, bool(vectorised), LAWS, _callable_name(f)))
+        setattr(f, _MARK, SamplerSpec(BLOCK, bool(vectorised), LAWS, _callable_name(f),
+                                      proposals=proposals, accepted_eos=accepted_eos))
         return f
 
     return mark(func) if func is not None else mark
@@ -153,7 +191,8 @@ def _has_keyword(f, name: str) -> bool:
 
 
 def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | None = None,
-                     inputs: str | None = None) -> SamplerSpec:
+                     inputs: str | None = None, proposals: str | None = None,
+                     accepted_eos: str | None = None) -> SamplerSpec:
     """Decide how to call ``sampler``.
 
     Explicit arguments win; then the mark left by :func:`token_sampler` or
@@ -168,6 +207,9 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
     kind : {"token", "block"} or None
     vectorised : bool or None
     inputs : {"laws", "logits"} or None
+    proposals : {"auto", "q", "own"} or None
+    accepted_eos : {"auto", "counted", "not_counted"} or None
+        Accounting conventions (see :class:`SamplerSpec`).
 
     Returns
     -------
@@ -186,7 +228,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
     >>> describe_sampler(lambda target, draft, prefix, gamma, rng: [0]).kind
     'block'
     >>> describe_sampler(lambda p, q, rng: 0)
-    SamplerSpec(kind='token', vectorised=False, inputs='laws', name='specdec.conformance.conventions:<lambda>')
+    SamplerSpec(kind='token', vectorised=False, inputs='laws', name='specdec.conformance.conventions:<lambda>', proposals='auto', accepted_eos='auto')
     """
     if not callable(sampler):
         raise TypeError(f"sampler: must be callable (got {type(sampler).__name__})")
@@ -218,6 +260,12 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
         spec = dataclasses.replace(spec, vectorised=bool(vectorised))
     if inputs is not None:
         spec = dataclasses.replace(spec, inputs=inputs)
+    if proposals is not None:
+        spec = dataclasses.replace(spec, proposals=_check_choice(proposals, "proposals",
+                                                                 (AUTO, FROM_Q, OWN)))
+    if accepted_eos is not None:
+        spec = dataclasses.replace(spec, accepted_eos=_check_choice(
+            accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED)))
     if spec.kind == BLOCK and spec.inputs != LAWS:
         raise ValueError("inputs: block samplers receive toy models, not logits "
                          "(inputs='logits' applies to token samplers only)")

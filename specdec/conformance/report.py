@@ -106,7 +106,18 @@ class CycleAccounting:
 
 @dataclass(frozen=True)
 class CaseResult:
-    """The outcome of one case.
+    """The outcome of one case, with three separate verdicts.
+
+    * **Exactness** (the law): what the sampler emits follows the target law: the law
+      check passes and no deterministic violation of the law was seen (an impossible
+      outcome, a token after end-of-sequence, a malformed output, an exception).
+    * **Accounting**: what the sampler reports about its cycles (accepted flags or
+      counts) satisfies the identities every correct sampler satisfies, and, where the
+      conventions fix it, follows its exact law.
+    * **Efficiency**: acceptance below what the exact rule gives is a *warning*, never
+      a failure: a slower sampler can be exact.
+
+    A case passes when exactness and accounting pass.
 
     Attributes
     ----------
@@ -116,15 +127,29 @@ class CaseResult:
     law : Check or None
         Law check (None if the sampler could not be run at all).
     accounting : Check or None
-        Accounting check (None if the sampler reports no acceptance information, or the
-        case has no exact accounting law).
+        Accounting law check (None if the sampler reports no acceptance information, or
+        the conventions leave no exact accounting law).
     cycles : CycleAccounting or None
     violations : tuple of str
-        Deterministic failures: impossible outcomes, malformed outputs, exceptions,
-        accounting identities that do not hold.
+        Deterministic failures of exactness (each says what was seen and how often).
+    accounting_violations : tuple of str
+        Accounting identities that do not hold.
+    warnings : tuple of str
+        Efficiency warnings (not failures).
+    conventions : tuple of str
+        Accounting conventions applied, and whether declared or detected.
+    causes : tuple of str
+        For a failing case: each failing check and its likely cause, in words.
+    violating_trials : int
+        Trials (steps, decodes) showing a deterministic violation.
+    violation_trials_needed : float
+        Trials at which a deterministic violation shows with the report's power, from
+        the fraction of trials that showed one (``inf`` when none did).
     passed : bool
     seconds : float
         Wall time (not part of equality: reports from the same seed compare equal).
+    sampler_seconds : float
+        Of it, the time spent inside the sampler (the rest is the kit's own time).
     """
 
     name: str
@@ -137,10 +162,28 @@ class CaseResult:
     violations: tuple[str, ...]
     passed: bool = True
     seconds: float = field(default=0.0, compare=False)
+    accounting_violations: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    conventions: tuple[str, ...] = ()
+    causes: tuple[str, ...] = ()
+    violating_trials: int = 0
+    violation_trials_needed: float = float("inf")
+    sampler_seconds: float = field(default=0.0, compare=False)
 
     @property
     def checks(self) -> tuple[Check, ...]:
         return tuple(c for c in (self.law, self.accounting) if c is not None)
+
+    @property
+    def exact(self) -> bool:
+        """Exactness verdict: the law check passed and no violation of the law was seen."""
+        return self.law is not None and not self.law.failed and not self.violations
+
+    @property
+    def accounting_ok(self) -> bool:
+        """Accounting verdict (True when nothing was reported to check)."""
+        return not self.accounting_violations and not (self.accounting is not None
+                                                       and self.accounting.failed)
 
     @property
     def verdict(self) -> str:
@@ -148,8 +191,12 @@ class CaseResult:
 
     @property
     def trials_needed(self) -> float:
-        """Fewest trials at which one of the case's checks would catch what was seen."""
-        return min((c.trials_needed for c in self.checks), default=float("inf"))
+        """Fewest trials at which one of the case's checks would catch what was seen.
+
+        Statistical checks (from the noncentrality seen) and deterministic ones (from the
+        fraction of trials that showed a violation) both count.
+        """
+        return min([c.trials_needed for c in self.checks] + [self.violation_trials_needed])
 
 
 def _fmt_p(x: float) -> str:
@@ -188,8 +235,13 @@ class Report:
         Statistical checks in the family (``m``).
     cases : tuple of CaseResult
     passed : bool
+        Every case passed (exactness and accounting).
     seconds : float
         Total wall time (not part of equality).
+    conventions : tuple of str
+        Accounting conventions applied to the whole battery (declared or detected).
+    resolution : float or None
+        The detectable TV the trials were planned for (None when trials were given).
     """
 
     sampler: SamplerSpec
@@ -202,10 +254,32 @@ class Report:
     cases: tuple[CaseResult, ...]
     passed: bool
     seconds: float = field(default=0.0, compare=False)
+    conventions: tuple[str, ...] = ()
+    resolution: float | None = None
+
+    @property
+    def sampler_seconds(self) -> float:
+        """Time spent inside the sampler (the rest of ``seconds`` is the kit's own)."""
+        return float(sum(c.sampler_seconds for c in self.cases))
 
     @property
     def failures(self) -> tuple[CaseResult, ...]:
         return tuple(c for c in self.cases if not c.passed)
+
+    @property
+    def exact(self) -> bool:
+        """Exactness verdict of the battery: every case's law holds."""
+        return all(c.exact for c in self.cases)
+
+    @property
+    def accounting_ok(self) -> bool:
+        """Accounting verdict of the battery."""
+        return all(c.accounting_ok for c in self.cases)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Efficiency warnings, one per case that has one (``case: text``)."""
+        return tuple(f"{c.name}: {w}" for c in self.cases for w in c.warnings)
 
     @property
     def verdict(self) -> str:
@@ -231,8 +305,14 @@ class Report:
             return None
         return max(with_law, key=lambda c: (c.law.tv_low, c.law.tv))
 
+    @property
+    def max_detectable_tv(self) -> float:
+        """The largest detectable TV over the cases: the battery's resolution."""
+        return max((c.law.tv_detectable for c in self.cases if c.law is not None),
+                   default=float("nan"))
+
     def to_markdown(self, *, timings: bool = False, heading: bool = True) -> str:
-        """A readable report: verdict, settings, one table row per case, and failures.
+        """A readable report: verdicts, settings, one table row per case, and failures.
 
         Parameters
         ----------
@@ -250,29 +330,41 @@ class Report:
         conv = f"{spec.kind} sampler" + (", vectorised" if spec.vectorised else "") + (
             f", {spec.inputs} inputs" if spec.kind == TOKEN else "")
         title = f"Conformance report: {self.verdict}"
+        yes = {True: "pass", False: "FAIL"}
         lines = [
             f"## {title}" if heading else f"**{title}**",
             "",
             f"Sampler `{spec.name}` ({conv}); seed {self.seed}; {len(self.cases)} cases, "
             f"{len(self.failures)} failed.",
+            f"Verdicts: exactness (the law) {yes[self.exact]}; accounting "
+            f"{yes[self.accounting_ok]}; efficiency "
+            f"{'warning' if self.warnings else 'no warning'}.",
             f"False-alarm probability of the whole battery <= {self.false_alarm:g} "
             f"({self.correction.capitalize()} over {self.n_tests} statistical checks); "
             f"detectable TV at power {self.power:g}; TV intervals at {self.confidence:.0%}.",
+        ]
+        if self.conventions:
+            lines.append("Accounting conventions: " + "; ".join(self.conventions) + ".")
+        lines += [
             "",
-            "| case | trials | test | p (Holm) | TV found [CI] | detectable TV | verdict |",
-            "|:--|--:|:--|--:|:--|--:|:--|",
+            "| case | trials | test | p (Holm) | TV found [CI] | detectable TV | law | accounting | verdict |",
+            "|:--|--:|:--|--:|:--|--:|:--|:--|:--|",
         ]
         for c in self.cases:
             if c.law is None:
-                lines.append(f"| {c.name} | {c.trials:,} | not run | - | - | - | {c.verdict} |")
+                lines.append(f"| {c.name} | {c.trials:,} | not run | - | - | - | FAIL | - | {c.verdict} |")
                 continue
             padj = min((k.adjusted_pvalue for k in c.checks if k.dof > 0), default=float("nan"))
+            reported = c.accounting is not None or c.accounting_violations or (
+                c.cycles is not None and c.cycles.acceptance is not None)
             lines.append(
                 f"| {c.name} | {c.trials:,} | {c.law.bins} bin{'s' if c.law.bins > 1 else ''}"
                 f"{' (pooled)' if c.law.pooled_cells else ''}"
                 f"{' + accounting' if c.accounting is not None else ''} | {_fmt_p(padj)} | "
                 f"{c.law.tv:.4f} [{c.law.tv_low:.4f}, {c.law.tv_high:.4f}] | "
-                f"{_fmt_tv(c.law.tv_detectable)} | {c.verdict} |")
+                f"{_fmt_tv(c.law.tv_detectable)} | {yes[c.exact]} | "
+                f"{yes[c.accounting_ok] if reported else '-'}"
+                f"{' (warning)' if c.warnings else ''} | {c.verdict} |")
         acc = [c for c in self.cases if c.cycles is not None and c.cycles.acceptance is not None]
         if acc:
             lines += ["", "Accounting reported by the sampler (exact values for a correct sampler):",
@@ -285,22 +377,42 @@ class Report:
                              f"{y.acceptance:.4f} | {y.first_emitted:.4f} ({y.exact_emitted:.4f}) | "
                              f"{y.first_accepted:.4f} ({y.exact_accepted:.4f}) |")
         if self.failures:
-            lines += ["", "Failures:", ""]
+            lines += ["", "Failures (the failing check, what was seen, the likely cause):", ""]
             for c in self.failures:
-                reasons = list(c.violations)
-                for k in c.checks:
-                    if k.failed and k.impossible == 0:
-                        reasons.append(f"{k.name}: {k.method}, chi-square {k.statistic:.1f} on "
-                                       f"{k.dof} dof, Holm-adjusted p = {_fmt_p(k.adjusted_pvalue)}")
                 need = _fmt_n(c.trials_needed)
                 lines.append(f"- **{c.name}** ({c.description}); trials needed ~ {need}: "
-                             + "; ".join(reasons))
+                             + " ".join(c.causes))
+        if self.warnings:
+            lines += ["", "Efficiency warnings (not failures):", ""]
+            lines += [f"- {w}" for w in self.warnings]
         if timings:
-            lines += ["", f"Wall time {self.seconds:.2f} s: "
+            lines += ["", f"Wall time {self.seconds:.2f} s ({self.sampler_seconds:.2f} s in the "
+                      f"sampler, {self.seconds - self.sampler_seconds:.2f} s in the kit): "
                       + ", ".join(f"{c.name} {c.seconds:.2f} s" for c in self.cases) + "."]
         return "\n".join(lines)
 
+    def to_dict(self) -> dict:
+        """A JSON-ready summary: verdicts and, per case, trials, TV [CI], detectable TV."""
+        def num(x):
+            return None if x is None or not np.isfinite(x) else float(x)
+
+        return {
+            "sampler": self.sampler.name, "seed": self.seed, "passed": self.passed,
+            "exact": self.exact, "accounting_ok": self.accounting_ok,
+            "warnings": list(self.warnings), "conventions": list(self.conventions),
+            "false_alarm": self.false_alarm, "n_tests": self.n_tests,
+            "seconds": self.seconds,
+            "cases": [{
+                "name": c.name, "trials": c.trials, "passed": c.passed, "exact": c.exact,
+                "accounting_ok": c.accounting_ok,
+                "tv": num(c.law.tv) if c.law else None,
+                "tv_low": num(c.law.tv_low) if c.law else None,
+                "tv_high": num(c.law.tv_high) if c.law else None,
+                "tv_detectable": num(c.law.tv_detectable) if c.law else None,
+                "bins": c.law.bins if c.law else None,
+                "seconds": c.seconds, "causes": list(c.causes), "warnings": list(c.warnings),
+            } for c in self.cases],
+        }
+
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.to_markdown()
-
-

@@ -12,8 +12,10 @@ import numpy as np
 
 from specdec import laws, stats
 
+from . import plan
 from .cases import BlockCase, TokenCase, block_cases, token_cases
-from .conventions import BLOCK, CHUNK, DEFAULT_TRIALS, LOGITS, TOKEN, SamplerSpec, describe_sampler
+from .conventions import (AUTO, BLOCK, CHUNK, COUNTED, FROM_Q, LOGITS, NOT_COUNTED, OWN,
+                          TOKEN, SamplerSpec, describe_sampler)
 from .report import CaseResult, Check, CycleAccounting, Report
 
 __all__ = ["run_case", "run_battery", "assert_conforms"]
@@ -24,6 +26,8 @@ def _gof(name: str, counts: np.ndarray, law: np.ndarray, *, min_expected: float,
     """Pooled chi-square + TV interval; returns the check and the per-trial noncentrality."""
     counts = np.asarray(counts, dtype=np.int64)
     n = int(counts.sum())
+    if max_bins is None:                       # the number of bins grows with the trials
+        max_bins = stats.bins_for_trials(max(n, 1))
     res = stats.pooled_chisquare(counts, law, min_expected=min_expected, max_bins=max_bins)
     binning, binned, impossible = res.binning, res.binned, res.impossible
     dof, stat, pvalue, lam1 = res.dof, res.statistic, res.pvalue, res.noncentrality
@@ -73,20 +77,25 @@ def _as_flags(x, n: int) -> np.ndarray:
 
 
 def _call_token(sampler, spec: SamplerSpec, case: TokenCase, rng: np.random.Generator,
-                trials: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """Draw ``trials`` outputs: (tokens (trials,), accepted flags (trials,) or None)."""
+                trials: int, clock: list):
+    """Yield the sampler's outputs in chunks: (tokens (k,), accepted flags (k,) or None).
+
+    ``clock[0]`` accumulates the seconds spent inside the sampler.
+    """
     if spec.inputs == LOGITS:
         args = (case.target_logits.copy(), case.draft_logits.copy())
         kwargs = case.settings
     else:
         args = (case.p.copy(), case.q.copy())
         kwargs = {}
+    reported = None
     if spec.vectorised:
-        toks, flags, reported = [], [], None
         done = 0
         while done < trials:
             n = min(CHUNK, trials - done)
+            t = time.perf_counter()
             out = sampler(*args, rng, n, **kwargs)
+            clock[0] += time.perf_counter() - t
             has_flags = isinstance(out, tuple)
             if reported is None:
                 reported = has_flags
@@ -96,43 +105,63 @@ def _call_token(sampler, spec: SamplerSpec, case: TokenCase, rng: np.random.Gene
                 if len(out) != 2:
                     raise _Malformed(f"return value: expected tokens or (tokens, accepted), "
                                      f"got a tuple of {len(out)}")
-                toks.append(_as_token_array(out[0], n, case.vocab_size, "tokens"))
-                flags.append(_as_flags(out[1], n))
+                yield _as_token_array(out[0], n, case.vocab_size, "tokens"), _as_flags(out[1], n)
             else:
-                toks.append(_as_token_array(out, n, case.vocab_size, "tokens"))
+                yield _as_token_array(out, n, case.vocab_size, "tokens"), None
             done += n
-        return np.concatenate(toks), (np.concatenate(flags) if reported else None)
-    tokens = np.empty(trials, dtype=np.int64)
-    first = sampler(*args, rng, **kwargs)
-    reported = isinstance(first, tuple)
-    flags = np.empty(trials, dtype=bool) if reported else None
-    out = first
-    for i in range(trials):
-        if i:
+        return
+    done = 0
+    while done < trials:
+        k = min(4096, trials - done)
+        tokens = np.empty(k, dtype=np.int64)
+        flags = np.empty(k, dtype=bool)
+        for i in range(k):
+            t = time.perf_counter()
             out = sampler(*args, rng, **kwargs)
-        if reported:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise _Malformed(f"return value {i}: expected (token, accepted), got {out!r}")
-            tok, acc = out
-            if not isinstance(acc, (bool, np.bool_)) and acc not in (0, 1):
-                raise _Malformed(f"return value {i}: accepted flag must be a bool, got {acc!r}")
-            flags[i] = bool(acc)
-        else:
-            tok = out
-        if isinstance(tok, (bool, np.bool_)) or not isinstance(tok, (int, np.integer)):
-            raise _Malformed(f"return value {i}: expected an integer token id, got {tok!r}")
-        tokens[i] = tok
-    return tokens, flags
+            clock[0] += time.perf_counter() - t
+            has_flags = isinstance(out, tuple)
+            if reported is None:
+                reported = has_flags
+            if reported:
+                if not (isinstance(out, tuple) and len(out) == 2):
+                    raise _Malformed(f"return value {done + i}: expected (token, accepted), "
+                                     f"got {out!r}")
+                tok, acc = out
+                if not isinstance(acc, (bool, np.bool_)) and acc not in (0, 1):
+                    raise _Malformed(f"return value {done + i}: accepted flag must be a bool, "
+                                     f"got {acc!r}")
+                flags[i] = bool(acc)
+            else:
+                tok = out
+            if isinstance(tok, (bool, np.bool_)) or not isinstance(tok, (int, np.integer)):
+                raise _Malformed(f"return value {done + i}: expected an integer token id, "
+                                 f"got {tok!r}")
+            tokens[i] = tok
+        yield tokens, (flags if reported else None)
+        done += k
 
 
-def _token_counts(tokens: np.ndarray, vocab: int) -> tuple[np.ndarray, list[str]]:
-    bad = (tokens < 0) | (tokens >= vocab)
+def _tally_tokens(chunks, vocab: int):
+    """Counts over chunks: (token counts (V,), joint counts (2V,) or None, violations, bad)."""
+    counts = np.zeros(vocab, dtype=np.int64)
+    joint = None
+    n_bad, examples = 0, set()
+    for tokens, flags in chunks:
+        out = (tokens < 0) | (tokens >= vocab)
+        if out.any():
+            n_bad += int(out.sum())
+            examples.update(np.unique(tokens[out])[:5].tolist())
+        ok = tokens[~out]
+        counts += np.bincount(ok, minlength=vocab)
+        if flags is not None:
+            if joint is None:
+                joint = np.zeros(2 * vocab, dtype=np.int64)
+            joint += np.bincount(ok + vocab * (~flags[~out]), minlength=2 * vocab)
     violations = []
-    if bad.any():
-        vals = np.unique(tokens[bad])[:5]
-        violations.append(f"{int(bad.sum())} token ids outside the vocabulary 0..{vocab - 1} "
-                          f"(e.g. {', '.join(map(str, vals))})")
-    return np.bincount(tokens[~bad], minlength=vocab), violations
+    if n_bad:
+        shown = ", ".join(map(str, sorted(examples)[:5]))
+        violations.append(f"{n_bad} token ids outside the vocabulary 0..{vocab - 1} (e.g. {shown})")
+    return counts, joint, violations, n_bad
 
 
 def _impossible_message(counts: np.ndarray, law: np.ndarray, what: str) -> list[str]:
@@ -144,43 +173,100 @@ def _impossible_message(counts: np.ndarray, law: np.ndarray, what: str) -> list[
     return [f"{int(counts[bad].sum())} {what} of probability 0 under the target: {shown}"]
 
 
-def _token_case(sampler, spec, case: TokenCase, rng, trials, opts) -> tuple[CaseResult, list]:
+#: What each standard case isolates: the likely cause when its law check fails.
+LAW_CAUSES = {
+    "article": "the accept test or the recovery draw is wrong (the article's example)",
+    "equal": "with p = q every proposal must be accepted: the accept test rejects proposals "
+             "it must keep, or the residual is evaluated although Z = 0",
+    "disjoint": "every proposal must be rejected and the token drawn from the residual: "
+                "the recovery is not the residual (p - q)+ / Z",
+    "draft_zero": "a token the draft never proposes must come from the residual: the "
+                  "residual misses tokens where q = 0",
+    "target_zero": "a token with p = 0 must always be rejected: the accept test or the "
+                   "residual lets it through",
+    "onehot_target": "the target is one-hot: the accept test or the residual is wrong",
+    "onehot_draft": "the draft is one-hot: the ratio p/q or the residual is wrong",
+    "nearly_equal": "a small bias (Z = 0.002): a rounding or precision error in the ratio "
+                    "or in the draws",
+    "spread_residual": "the residual spreads over several tokens: the residual draw is not "
+                       "independent of the accept test (a reused uniform?) or not from "
+                       "(p - q)+ / Z",
+    "processed": "the laws in the ratio are not the laws sampled from: temperature, top-k "
+                 "or top-p applied to one model or one side only",
+    "large_vocab": "the laws in the ratio are not the laws sampled from (processing of a "
+                   "large vocabulary), or an error confined to the tail of the vocabulary",
+}
+
+BLOCK_LAW_CAUSE = ("the law of the decoded sequence is wrong: state carried between cycles "
+                   "(proposals reused after a rejection, a cache not rolled back), a wrong "
+                   "verification of a block, or a bonus token drawn from the wrong position")
+
+
+def _token_accounting(case: TokenCase, joint, proposals: str, opts):
+    """Accounting of a token case: (check or None, noncentrality, violations, q_inconsistent).
+
+    ``proposals="q"``: the joint law of (token, accepted) must be ``(min(p, q), (p - q)+)``.
+    ``"own"``: only what holds for every proposal law (an accepted token has p > 0).
+    ``q_inconsistent`` counts outcomes that proposals from ``q`` never give but another
+    proposal law can (accepted where q = 0 < p, or drawn from the residual where 0 < p <= q).
+    """
+    v = case.vocab_size
+    m = np.minimum(case.p, case.q)
+    acc_counts, rej_counts = joint[:v], joint[v:]
+    violations = []
+    bad = int(acc_counts[case.p <= 0].sum())
+    if bad:
+        violations.append(f"{bad} tokens reported accepted that the target never emits (p = 0)")
+    q_inconsistent = int(acc_counts[(m <= 0) & (case.p > 0)].sum()
+                         + rej_counts[((case.p - m) <= 0) & (case.p > 0)].sum())
+    if proposals == OWN:
+        return None, 0.0, violations, q_inconsistent
+    check, lam = _gof("accounting", joint, np.concatenate([m, case.p - m]), **opts)
+    check = dataclasses.replace(check, method="(token, accepted) against (min(p, q), (p - q)+): "
+                                + check.method)
+    if q_inconsistent:
+        violations.append(f"{q_inconsistent} accept/reject outcomes that proposals drawn from q "
+                          "never give (accepted where q = 0, or a residual draw where p <= q)")
+    return check, lam, violations, q_inconsistent
+
+
+def _token_case(sampler, spec, case: TokenCase, rng, trials, opts, proposals: str = FROM_Q):
     t0 = time.perf_counter()
+    clock = [0.0]
     try:
-        tokens, flags = _call_token(sampler, spec, case, rng, trials)
+        counts, joint, violations, n_bad = _tally_tokens(
+            _call_token(sampler, spec, case, rng, trials, clock), case.vocab_size)
     except _Malformed as exc:
         return CaseResult(case.name, TOKEN, case.description, trials, None, None, None,
-                          (f"malformed output: {exc}",), False, time.perf_counter() - t0), []
+                          (f"malformed output: {exc}",), False, time.perf_counter() - t0,
+                          causes=(f"The sampler's output could not be read ({exc}).",),
+                          violating_trials=trials), [], None
     except Exception as exc:  # the sampler crashed: a conformance failure, reported
         return CaseResult(case.name, TOKEN, case.description, trials, None, None, None,
                           (f"raised {type(exc).__name__}: {exc}",), False,
-                          time.perf_counter() - t0), []
-    counts, violations = _token_counts(tokens, case.vocab_size)
+                          time.perf_counter() - t0,
+                          causes=(f"The sampler raised {type(exc).__name__}: {exc}.",),
+                          violating_trials=trials), [], None
     violations += _impossible_message(counts, case.p, "tokens")
     law_check, lam_law = _gof("law", counts, case.p, **opts)
-    acc_check, lam_acc, cycles = None, 0.0, None
-    if flags is not None:
-        ok = (tokens >= 0) & (tokens < case.vocab_size)
-        m = np.minimum(case.p, case.q)
-        joint_law = np.concatenate([m, case.p - m])            # accepted x | rejected, then x
-        joint = np.bincount(tokens[ok] + case.vocab_size * (~flags[ok]),
-                            minlength=2 * case.vocab_size)
-        acc_check, lam_acc = _gof("accounting", joint, joint_law, **opts)
-        if acc_check.impossible:
-            bad_acc = int(joint[: case.vocab_size][m <= 0].sum())
-            bad_rej = int(joint[case.vocab_size:][(case.p - m) <= 0].sum())
-            if bad_acc:
-                violations.append(f"{bad_acc} tokens reported accepted that a correct step never "
-                                  "accepts (min(p, q) = 0)")
-            if bad_rej:
-                violations.append(f"{bad_rej} tokens reported as residual draws that the residual "
-                                  "never gives ((p - q)+ = 0)")
-        beta = float(m.sum())
-        rate = float(flags.mean())
+    bad_trials = n_bad + law_check.impossible
+    acc_check, lam_acc, cycles, acc_viol, warnings = None, 0.0, None, [], []
+    raw = None
+    if joint is not None:
+        acc_check, lam_acc, acc_viol, q_incons = _token_accounting(case, joint, proposals, opts)
+        raw = (joint, q_incons)
+        beta = float(np.minimum(case.p, case.q).sum())
+        rate = float(joint[: case.vocab_size].sum() / max(trials, 1))
         cycles = CycleAccounting(trials, 1.0, rate, 1.0, rate, 1.0, beta)
+        se = math.sqrt(max(beta * (1 - beta), 1e-12) / trials)
+        if rate < beta - max(4 * se, 1e-3):
+            warnings.append(f"acceptance {rate:.4f} is below the exact rule's {beta:.4f} with "
+                            "proposals from q: exact but slower (proposals from another law?)")
     result = CaseResult(case.name, TOKEN, case.description, trials, law_check, acc_check, cycles,
-                        tuple(violations), True, time.perf_counter() - t0)
-    return result, [lam_law, lam_acc]
+                        tuple(violations), True, time.perf_counter() - t0,
+                        accounting_violations=tuple(acc_viol), warnings=tuple(warnings),
+                        violating_trials=bad_trials, sampler_seconds=clock[0])
+    return result, [lam_law, lam_acc], raw
 
 
 # --------------------------------------------------------------------------------------
@@ -232,9 +318,10 @@ class _Cycles:
     n_proposed: np.ndarray | None  # (C,)
     ends_eos: np.ndarray | None    # (C,) last emitted token is EOS (None: unknown)
     first: np.ndarray              # (C,) bool, first cycle of its decode
+    sequence: np.ndarray           # (C,) int, the decode each cycle belongs to
 
 
-def _run_block_scalar(sampler, case: BlockCase, rng, trials: int):
+def _run_block_scalar(sampler, case: BlockCase, rng, trials: int, clock: list):
     """Decode ``trials`` times with a one-cycle sampler; (sequences, cycles, violations)."""
     target, draft = case.target, case.draft
     vocab, eos = int(target.vocab_size), target.eos
@@ -242,19 +329,24 @@ def _run_block_scalar(sampler, case: BlockCase, rng, trials: int):
     reset = getattr(sampler, "reset", None)
     violations: dict[str, int] = {}
     seqs: list[tuple] = []
-    rec_emit, rec_acc, rec_prop, rec_eos, rec_first = [], [], [], [], []
+    rec_emit, rec_acc, rec_prop, rec_eos, rec_first, rec_seq = [], [], [], [], [], []
     reports = True
+    bad = np.zeros(trials, dtype=bool)
 
     def violation(msg):
         violations[msg] = violations.get(msg, 0) + 1
+        bad[i] = True
 
-    for _ in range(trials):
+    for i in range(trials):
         if callable(reset):
             reset()
         out: list[int] = []
         first = True
         while len(out) < length and not (eos is not None and eos in out):
-            emitted, acc, prop = _read_cycle(sampler(target, draft, prefix0 + tuple(out), gamma, rng))
+            t = time.perf_counter()
+            res = sampler(target, draft, prefix0 + tuple(out), gamma, rng)
+            clock[0] += time.perf_counter() - t
+            emitted, acc, prop = _read_cycle(res)
             if not emitted:
                 violation("a cycle emitted no token (a cycle emits at least one)")
                 break
@@ -269,6 +361,7 @@ def _run_block_scalar(sampler, case: BlockCase, rng, trials: int):
             rec_prop.append(-1 if prop is None else prop)
             rec_eos.append(eos is not None and emitted[-1] == eos)
             rec_first.append(first)
+            rec_seq.append(i)
             first = False
             out.extend(emitted)
         seq = out[:length]
@@ -282,22 +375,31 @@ def _run_block_scalar(sampler, case: BlockCase, rng, trials: int):
     cycles = _Cycles(np.array(rec_emit, dtype=np.int64),
                      np.array(rec_acc, dtype=np.int64) if reports else None,
                      np.array(rec_prop, dtype=np.int64) if reports else None,
-                     np.array(rec_eos, dtype=bool), np.array(rec_first, dtype=bool))
-    return rows, lens, cycles, [f"{m} ({k:,} cycles)" for m, k in violations.items()]
+                     np.array(rec_eos, dtype=bool), np.array(rec_first, dtype=bool),
+                     np.array(rec_seq, dtype=np.int64))
+    return rows, lens, cycles, [f"{m} ({k:,} cycles)" for m, k in violations.items()], bad
 
 
-def _run_block_vectorised(sampler, case: BlockCase, rng, trials: int):
-    """Call a vectorised block sampler in chunks; (sequences, cycles, violations)."""
+def _run_block_vectorised(sampler, case: BlockCase, rng, trials: int, clock: list):
+    """Call a vectorised block sampler in chunks; (sequences, cycles, violations, bad rows).
+
+    A row's tokens are the entries before its length (``n_tokens``, else the first
+    ``-1``); any of them after the row's first end-of-sequence is a violation (a decode
+    ends at end-of-sequence), reported and counted, never silently cut.
+    """
     target = case.target
     vocab, eos, length = int(target.vocab_size), target.eos, case.length
-    rows_parts, lens_parts = [], []
+    rows_parts, lens_parts, bad_parts = [], [], []
     parts: dict[str, list] = {k: [] for k in ("n_emitted", "n_accepted", "n_proposed", "ends_eos",
-                                              "first")}
+                                              "first", "sequence")}
     has_acc = has_eos = None
+    past_eos = 0
     done = 0
     while done < trials:
         n = min(CHUNK, trials - done)
+        t = time.perf_counter()
         out = sampler(case.target, case.draft, tuple(case.prefix), case.gamma, length, rng, n)
+        clock[0] += time.perf_counter() - t
         tokens = np.asarray(getattr(out, "tokens", out))
         if tokens.shape != (n, length) or tokens.dtype.kind not in "iu":
             raise _Malformed(f"tokens: expected an integer array of shape ({n}, {length}), got "
@@ -310,16 +412,22 @@ def _run_block_vectorised(sampler, case: BlockCase, rng, trials: int):
         body = np.arange(length)[None, :] < n_tok[:, None]
         if ((tokens >= vocab) & body).any() or ((tokens < 0) & body).any():
             raise _Malformed(f"tokens: ids outside the vocabulary 0..{vocab - 1}")
+        bad = np.zeros(n, dtype=bool)
         if eos is not None:
             hit = (tokens == eos) & body
-            n_tok = np.where(hit.any(axis=1), np.argmax(hit, axis=1) + 1, n_tok)
+            first_eos = np.where(hit.any(axis=1), np.argmax(hit, axis=1) + 1, length)
+            bad = n_tok > first_eos                      # tokens emitted after end-of-sequence
+            past_eos += int(bad.sum())
+            n_tok = np.minimum(n_tok, first_eos)
         rows_parts.append(tokens.astype(np.int64))
         lens_parts.append(n_tok)
+        bad_parts.append(bad)
         if all(hasattr(out, a) for a in ("sequence", "n_emitted")):
             seq_id = np.asarray(out.sequence, dtype=np.int64)
             first = np.zeros(seq_id.size, dtype=bool)
             first[np.unique(seq_id, return_index=True)[1]] = True
             parts["first"].append(first)
+            parts["sequence"].append(seq_id + done)
             parts["n_emitted"].append(np.asarray(out.n_emitted, dtype=np.int64))
             acc_ok = hasattr(out, "n_accepted") and hasattr(out, "n_proposed")
             has_acc = acc_ok if has_acc is None else (has_acc and acc_ok)
@@ -331,32 +439,79 @@ def _run_block_vectorised(sampler, case: BlockCase, rng, trials: int):
             if eos_ok:
                 parts["ends_eos"].append(np.asarray(out.hit_eos, dtype=bool))
         done += n
-    rows, lens = np.concatenate(rows_parts), np.concatenate(lens_parts)
+    rows, lens, bad = np.concatenate(rows_parts), np.concatenate(lens_parts), np.concatenate(bad_parts)
+    violations = [f"tokens emitted after end-of-sequence ({past_eos:,} decodes)"] if past_eos else []
     if not parts["n_emitted"]:
-        return rows, lens, None, []
+        return rows, lens, None, violations, bad
     cat = {k: (np.concatenate(v) if v else None) for k, v in parts.items()}
     cycles = _Cycles(cat["n_emitted"], cat["n_accepted"] if has_acc else None,
                      cat["n_proposed"] if has_acc else None,
-                     cat["ends_eos"] if has_eos else None, cat["first"])
-    return rows, lens, cycles, []
+                     cat["ends_eos"] if has_eos else None, cat["first"], cat["sequence"])
+    return rows, lens, cycles, violations, bad
 
 
-def _block_case(sampler, spec, case: BlockCase, rng, trials, opts) -> tuple[CaseResult, list]:
-    from specdec import block, models
+def first_cycle_accepted_law(target, draft, prefix, gamma: int) -> np.ndarray:
+    """Exact joint law of the first cycle's accepted count and its end at an accepted EOS.
+
+    Proposals are drawn one at a time from the draft, each accepted with probability
+    ``min(1, p(x) / q(x))`` (Leviathan et al. 2023, Algorithm 1); the cycle stops at the
+    first rejection, after ``gamma`` acceptances, or at an accepted end-of-sequence
+    proposal (no bonus token follows it).
+
+    Parameters
+    ----------
+    target, draft : specdec.models.ToyModel
+    prefix : tuple of int
+    gamma : int
+
+    Returns
+    -------
+    numpy.ndarray, shape (gamma + 1, 2)
+        ``[k, e]``: probability that ``k`` proposals are accepted and (``e = 1``) the
+        last of them is end-of-sequence. Summed over ``e`` it is
+        :func:`specdec.block.accepted_count_law`.
+    """
+    eos = target.eos
+    out = np.zeros((gamma + 1, 2))
+
+    def walk(ctx, k, mass):
+        if k == gamma:
+            out[k, 0] += mass
+            return
+        p, q = target.next_law(ctx), draft.next_law(ctx)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = np.where(q > 0, np.minimum(1.0, p / np.where(q > 0, q, 1.0)), 0.0)
+        out[k, 0] += mass * float(q @ (1.0 - a))            # the next proposal is rejected
+        for x in np.flatnonzero(q * a > 0):
+            m = mass * float(q[x] * a[x])
+            if eos is not None and x == eos:
+                out[k + 1, 1] += m
+            else:
+                walk(ctx + (int(x),), k + 1, m)
+
+    walk(tuple(prefix), 0, 1.0)
+    return out
+
+
+def _block_case(sampler, spec, case: BlockCase, rng, trials, opts):
+    from specdec import models
 
     t0 = time.perf_counter()
 
-    def failed(msg):
+    def failed(msg, cause):
         return CaseResult(case.name, BLOCK, case.description, trials, None, None, None, (msg,),
-                          False, time.perf_counter() - t0), []
+                          False, time.perf_counter() - t0, causes=(cause,),
+                          violating_trials=trials), [], None
 
     try:
         run = _run_block_vectorised if spec.vectorised else _run_block_scalar
-        rows, lens, cycles, violations = run(sampler, case, rng, trials)
+        clock = [0.0]
+        rows, lens, cycles, violations, bad_rows = run(sampler, case, rng, trials, clock)
     except _Malformed as exc:
-        return failed(f"malformed output: {exc}")
+        return failed(f"malformed output: {exc}", f"The sampler's output could not be read ({exc}).")
     except Exception as exc:  # the sampler crashed: a conformance failure, reported
-        return failed(f"raised {type(exc).__name__}: {exc}")
+        return failed(f"raised {type(exc).__name__}: {exc}",
+                      f"The sampler raised {type(exc).__name__}: {exc}.")
     target, draft, gamma = case.target, case.draft, case.gamma
     vocab, eos = int(target.vocab_size), target.eos
     exact = models.sequence_law(target, tuple(case.prefix), case.length)
@@ -371,41 +526,75 @@ def _block_case(sampler, spec, case: BlockCase, rng, trials, opts) -> tuple[Case
     counts = np.bincount(order[pos[known]], minlength=len(keys))
     outside = int((~known).sum())
     violations = list(violations)
+    bad_rows = bad_rows | ~known
     if outside:
         shown = ", ".join(str(tuple(rows[i, : lens[i]].tolist())) for i in np.flatnonzero(~known)[:3])
         violations.append(f"{outside} decodes produced sequences of probability 0 under the "
                           f"target (e.g. {shown})")
     law_check, lam_law = _gof("law", np.append(counts, outside), np.append(law / law.sum(), 0.0),
                               **opts)
-    acc_check, lam_acc, summary = None, 0.0, None
+    acc_check, lam_acc, summary, acc_viol, warnings, conventions = None, 0.0, None, [], [], []
+    raw = None
     if cycles is not None and cycles.n_emitted.size:
         e = cycles.n_emitted
         bad = (e < 1) | (e > gamma + 1)
         if bad.any():
             violations.append(f"cycles must emit 1 to gamma + 1 = {gamma + 1} tokens "
                               f"({int(bad.sum()):,} cycles)")
-        k_law = block.accepted_count_law(target, draft, tuple(case.prefix), gamma)
-        e_law = block.cycle_length_law(target, draft, tuple(case.prefix), gamma)
-        exact_e = float(np.arange(e_law.size) @ e_law)
+            bad_rows[np.unique(cycles.sequence[bad])] = True
+        joint = first_cycle_accepted_law(target, draft, tuple(case.prefix), gamma)
+        k_law = joint.sum(axis=1)
+        exact_e = float(np.arange(gamma + 1) @ k_law) + 1.0 - float(joint[:, 1].sum())
         exact_a = float(np.arange(gamma + 1) @ k_law)
         acc, prop = cycles.n_accepted, cycles.n_proposed
         first = cycles.first
         if acc is not None:
             bad = (acc < 0) | (acc > prop) | (prop > gamma)
             if bad.any():
-                violations.append(f"accounting: need 0 <= accepted <= proposed <= gamma = {gamma} "
-                                  f"({int(bad.sum()):,} cycles)")
+                acc_viol.append(f"need 0 <= accepted <= proposed <= gamma = {gamma} "
+                                f"({int(bad.sum()):,} cycles)")
+                bad_rows[np.unique(cycles.sequence[bad])] = True
             ends = cycles.ends_eos if cycles.ends_eos is not None else np.full(e.size, eos is not None)
-            bad = (acc != e - 1) & ~(ends & (acc == e))
+            counted_eos = ends & (acc == e)
+            bad = (acc != e - 1) & ~counted_eos
             if bad.any():
-                violations.append("accounting: the accepted proposals are the tokens emitted before "
-                                  "the corrected or bonus token, so accepted = emitted - 1 "
-                                  f"(or = emitted when the cycle ends at end-of-sequence) "
-                                  f"({int(bad.sum()):,} cycles)")
-            k_first = np.bincount(np.clip(acc[first], 0, gamma), minlength=gamma + 1)
-            acc_check, lam_acc = _gof("accounting", k_first, k_law, **opts)
-            acc_check = dataclasses.replace(
-                acc_check, method="accepted proposals in the first cycle: " + acc_check.method)
+                acc_viol.append("the accepted proposals are the tokens emitted before the "
+                                "corrected or bonus token, so accepted = emitted - 1 (or = emitted "
+                                f"when the cycle ends at an accepted end-of-sequence) "
+                                f"({int(bad.sum()):,} cycles)")
+                bad_rows[np.unique(cycles.sequence[bad])] = True
+            convention = spec.accepted_eos
+            if eos is not None:
+                if convention == AUTO:
+                    convention = COUNTED if counted_eos.any() else NOT_COUNTED
+                    how = "detected"
+                else:
+                    how = "declared"
+                conventions.append(f"an accepted end-of-sequence is "
+                                   f"{'counted' if convention == COUNTED else 'not counted'} "
+                                   f"as accepted ({how})")
+                if convention == NOT_COUNTED and counted_eos.any():
+                    acc_viol.append("cycles that end at an accepted end-of-sequence count it as "
+                                    "accepted, against the declared convention accepted_eos="
+                                    f"'not_counted' ({int(counted_eos.sum()):,} cycles)")
+                    bad_rows[np.unique(cycles.sequence[counted_eos])] = True
+                if convention == NOT_COUNTED:   # reported = accepted - [last accepted is EOS]
+                    k_law = joint[:, 0].copy()
+                    k_law[:-1] += joint[1:, 1]
+            if spec.proposals == OWN:
+                conventions.append("proposals from the sampler's own law (declared): the "
+                                   "accepted counts are checked by the identities only")
+            else:
+                k_first = np.bincount(np.clip(acc[first], 0, gamma), minlength=gamma + 1)
+                acc_check, lam_acc = _gof("accounting", k_first, k_law, **opts)
+                acc_check = dataclasses.replace(
+                    acc_check, method="accepted proposals in the first cycle: " + acc_check.method)
+            first_acc = float(acc[first].mean())
+            se = float(np.sqrt(max(k_law @ np.arange(gamma + 1) ** 2 - exact_a**2, 1e-12)
+                               / max(int(first.sum()), 1)))
+            if first_acc < float(k_law @ np.arange(gamma + 1)) - max(4 * se, 1e-3):
+                warnings.append(f"first-cycle accepted proposals {first_acc:.3f} below the exact "
+                                f"rule's {exact_a:.3f}: exact but slower")
         summary = CycleAccounting(
             int(e.size), float(e.mean()),
             float(acc.sum() / prop.sum()) if acc is not None and prop.sum() else None,
@@ -413,8 +602,11 @@ def _block_case(sampler, spec, case: BlockCase, rng, trials, opts) -> tuple[Case
             float(acc[first].mean()) if acc is not None else None,
             exact_e, exact_a)
     result = CaseResult(case.name, BLOCK, case.description, trials, law_check, acc_check, summary,
-                        tuple(violations), True, time.perf_counter() - t0)
-    return result, [lam_law, lam_acc]
+                        tuple(violations), True, time.perf_counter() - t0,
+                        accounting_violations=tuple(acc_viol), warnings=tuple(warnings),
+                        conventions=tuple(conventions), violating_trials=int(bad_rows.sum()),
+                        sampler_seconds=clock[0])
+    return result, [lam_law, lam_acc], raw
 
 
 # --------------------------------------------------------------------------------------
@@ -458,29 +650,85 @@ def _resolve_cases(kind: str, cases) -> tuple:
 
 
 def run_case(sampler, case, *, spec: SamplerSpec | None = None, seed: int = 0,
-             trials: int | None = None, min_expected: float = 10.0, max_bins: int = 100,
-             confidence: float = 0.95) -> tuple[CaseResult, list[float]]:
+             trials: int | None = None, min_expected: float = 10.0, max_bins: int | None = None,
+             confidence: float = 0.95, proposals: str | None = None):
     """Run one case; no multiple-testing adjustment (see :func:`run_battery`).
 
     Returns
     -------
-    (CaseResult, list of float)
-        The unadjusted result and the per-trial noncentralities estimated for its checks
-        (law, accounting), used for the trials-needed estimate.
+    (CaseResult, list of float, raw)
+        The unadjusted result, the per-trial noncentralities estimated for its checks
+        (law, accounting), used for the trials-needed estimate, and the raw accounting
+        observations of a token case (None otherwise).
     """
     spec = spec or describe_sampler(sampler)
     kind = BLOCK if isinstance(case, BlockCase) else TOKEN
     if kind != spec.kind:
         raise ValueError(f"cases: a {kind} case cannot test a {spec.kind} sampler")
     if trials is None:
-        key = ("block" if kind == BLOCK else "") + ("_vectorised" if spec.vectorised else "")
-        trials = DEFAULT_TRIALS[{"": "scalar", "_vectorised": "vectorised"}.get(key, key)]
+        level = 1e-3 / 22
+        trials = plan.trials_for_tv(plan.check_laws(case), plan.DEFAULT_RESOLUTION[
+            plan.convention_key(spec)], level, 0.9, min_expected=min_expected)
     trials = laws.check_int(trials, "trials")
     opts = dict(min_expected=min_expected, max_bins=max_bins, confidence=confidence)
     rng = _case_rng(seed, case.name)
     if kind == TOKEN:
-        return _token_case(sampler, spec, case, rng, trials, opts)
+        mode = proposals or (OWN if spec.proposals == OWN else FROM_Q)
+        return _token_case(sampler, spec, case, rng, trials, opts, mode)
     return _block_case(sampler, spec, case, rng, trials, opts)
+
+
+def _causes(res: CaseResult, kind: str) -> tuple[str, ...]:
+    """The failing checks of a case and their likely causes, in words."""
+    out = []
+    for v in res.violations:
+        if "after end-of-sequence" in v:
+            why = ("a decode ends at end-of-sequence: the tokens drafted after an accepted "
+                   "end-of-sequence were emitted")
+        elif "probability 0" in v:
+            why = ("the target never produces these: a proposal accepted where p = 0, or a "
+                   "recovery drawn from a law other than the residual")
+        elif "emit" in v:
+            why = "a cycle emits its accepted proposals plus one corrected or bonus token"
+        else:
+            why = "the sampler's output breaks the calling convention or the sampler failed"
+        out.append(f"Exactness: {v} ({why}).")
+    law = res.law
+    if law is not None and law.failed and law.impossible == 0:
+        why = LAW_CAUSES.get(res.name, BLOCK_LAW_CAUSE if kind == BLOCK else
+                             "the accept test, the recovery or the processing of the laws is wrong")
+        out.append(f"Exactness: the law check failed ({law.method}, chi-square "
+                   f"{law.statistic:.1f} on {law.dof} dof, Holm-adjusted p = "
+                   f"{_fmt_p(law.adjusted_pvalue)}; TV found {law.tv:.4f} "
+                   f"[{law.tv_low:.4f}, {law.tv_high:.4f}]). Likely cause: {why}.")
+    for v in res.accounting_violations:
+        if kind == TOKEN:
+            why = ("the accepted flag must say whether the emitted token is the accepted "
+                   "proposal; if the proposals are not drawn from q, declare proposals='own'")
+        elif "accepted_eos" in v:
+            why = "declare accepted_eos='counted', or leave it to be detected"
+        else:
+            why = ("the accepted count must be the length of the accepted prefix: accepts after "
+                   "the first rejection, or the corrected or bonus token, were counted")
+        out.append(f"Accounting: {v} (likely cause: {why}).")
+    acc = res.accounting
+    if acc is not None and acc.failed and acc.impossible == 0:
+        if kind == TOKEN:
+            why = ("the accepted flags do not match the emitted tokens (a flag set for residual "
+                   "draws, or cleared for accepted proposals), or the proposals are not drawn "
+                   "from q (declare proposals='own')")
+        else:
+            why = ("the reported counts are not the accepted prefix of each cycle, the proposals "
+                   "are not drawn from q (declare proposals='own'), or an accepted "
+                   "end-of-sequence is counted inconsistently (declare accepted_eos=)")
+        out.append(f"Accounting: {acc.method} failed (chi-square {acc.statistic:.1f} on "
+                   f"{acc.dof} dof, Holm-adjusted p = {_fmt_p(acc.adjusted_pvalue)}). Likely "
+                   f"cause: {why}.")
+    return tuple(out)
+
+
+def _fmt_p(x: float) -> str:
+    return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
 
 
 def _check_probability(x, name: str, *, upper: float = 1.0, closed: bool = False) -> float:
@@ -492,9 +740,12 @@ def _check_probability(x, name: str, *, upper: float = 1.0, closed: bool = False
 
 
 def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = None,
-                inputs: str | None = None, cases=None, seed: int = 0, trials: int | None = None,
-                false_alarm: float = 1e-3, power: float = 0.9, confidence: float = 0.95,
-                min_expected: float = 10.0, max_bins: int = 100) -> Report:
+                inputs: str | None = None, proposals: str | None = None,
+                accepted_eos: str | None = None, cases=None, seed: int = 0,
+                trials=None, resolution: float | None = None, budget: float | None = None,
+                false_alarm: float = 1e-3, power: float = 0.9,
+                confidence: float = 0.95, min_expected: float = 10.0,
+                max_bins: int | None = None) -> Report:
     """Run the conformance battery on a sampler.
 
     Parameters
@@ -503,16 +754,27 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
         Token or block sampler (see the module docstring and :func:`describe_sampler`).
     kind, vectorised, inputs : optional
         Calling convention, when neither a mark nor the signature says it.
+    proposals, accepted_eos : optional
+        Accounting conventions (see :class:`specdec.conformance.SamplerSpec`), when the
+        mark does not say them; by default they are detected from the data.
     cases : sequence of str or case objects, optional
         Subset (by name) or custom cases; default: the standard battery of the kind
         (:func:`token_cases` or :func:`block_cases`).
     seed : int
         Master seed, >= 0. Case ``c`` draws from ``SeedSequence(seed, spawn_key=(crc32(c),))``,
         so a report is reproducible and a case's draws do not depend on the others.
-    trials : int, optional
-        Repetitions per case (token steps, or decodes of ``length`` tokens). Default
-        20,000 for a token sampler, 200,000 for a vectorised one, 10,000 for a block
-        sampler.
+    trials : int or dict, optional
+        Repetitions per case (token steps, or decodes of ``length`` tokens), for every
+        case or by case name. Default: as many as the resolution asks for
+        (:mod:`specdec.conformance.plan`).
+    resolution : float, optional
+        Detectable TV wanted on every case (default 0.001 for a vectorised token sampler,
+        0.01 for one called per step, 0.005 and 0.02 for block samplers).
+    budget : float, optional
+        Seconds for the whole battery instead: a short pilot measures each case's speed
+        and the trials are chosen so that every case reaches the smallest detectable TV
+        the budget allows (the trial counts then depend on the machine's speed; the
+        report states them).
     false_alarm : float
         Family-wise false-alarm probability: a correct sampler fails the battery with
         probability at most this (Holm over all statistical checks; impossible outcomes
@@ -522,7 +784,8 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     confidence : float
         Level of the TV intervals, in (0, 1).
     min_expected, max_bins :
-        Binning rule, see :func:`pool_cells`.
+        Binning rule, see :func:`specdec.stats.pool_cells`; ``max_bins=None`` (default)
+        lets the number of bins grow with the trials (:func:`specdec.stats.bins_for_trials`).
 
     Returns
     -------
@@ -544,25 +807,63 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     (True, 2)
     """
     t0 = time.perf_counter()
-    spec = describe_sampler(sampler, kind=kind, vectorised=vectorised, inputs=inputs)
+    spec = describe_sampler(sampler, kind=kind, vectorised=vectorised, inputs=inputs,
+                            proposals=proposals, accepted_eos=accepted_eos)
     seed = laws.check_int(seed, "seed", minimum=0)
-    if trials is not None:
-        trials = laws.check_int(trials, "trials")
     _check_probability(false_alarm, "false_alarm", upper=0.5, closed=True)
     _check_probability(power, "power")
     _check_probability(confidence, "confidence")
     case_list = _resolve_cases(spec.kind, cases)
-    raw = [run_case(sampler, c, spec=spec, seed=seed, trials=trials, min_expected=min_expected,
-                    max_bins=max_bins, confidence=confidence) for c in case_list]
+    if isinstance(trials, dict):
+        unknown = set(trials) - {c.name for c in case_list}
+        if unknown:
+            raise ValueError(f"trials: no case called {', '.join(sorted(unknown))} in this battery")
+        per_case = {k: laws.check_int(v, f"trials[{k!r}]") for k, v in trials.items()}
+    elif trials is not None:
+        per_case = {c.name: laws.check_int(trials, "trials") for c in case_list}
+    else:
+        per_case = {}
+    missing = [c for c in case_list if c.name not in per_case]
+    the_plan = None
+    if missing:
+        the_plan = plan.plan_battery(spec, sampler, case_list, resolution=resolution, budget=budget,
+                                     false_alarm=false_alarm, power=power,
+                                     min_expected=min_expected, seed=seed)
+        for c in missing:
+            per_case[c.name] = the_plan.trials_by_case[c.name]
+    raw = [run_case(sampler, c, spec=spec, seed=seed, trials=per_case[c.name],
+                    min_expected=min_expected, max_bins=max_bins, confidence=confidence)
+           for c in case_list]
+    conventions = []
+    if spec.kind == TOKEN and any(r[2] is not None for r in raw):
+        if spec.proposals == AUTO:
+            detected = [c.name for c, r in zip(case_list, raw) if r[2] is not None and r[2][1] > 0]
+            if detected:
+                conventions.append("proposals not drawn from q (detected in "
+                                   + ", ".join(detected) + "): the accepted flags are checked by "
+                                   "the identities that hold for every proposal law")
+                opts = dict(min_expected=min_expected, max_bins=max_bins, confidence=confidence)
+                raw = [_with_own_proposals(c, r, opts) for c, r in zip(case_list, raw)]
+            else:
+                conventions.append("proposals drawn from q (no outcome says otherwise)")
+        else:
+            conventions.append("proposals drawn from q (declared)" if spec.proposals == FROM_Q else
+                               "proposals from the sampler's own law (declared): the accepted "
+                               "flags are checked by the identities that hold for every "
+                               "proposal law")
+    for res, _, _ in raw:
+        for text in res.conventions:
+            if text not in conventions:
+                conventions.append(text)
     # the family: every check with at least one degree of freedom
-    family = [(i, j) for i, (res, _) in enumerate(raw)
+    family = [(i, j) for i, (res, _, _) in enumerate(raw)
               for j, chk in enumerate(res.checks) if chk.dof >= 1]
     m = len(family)
     adjusted = stats.holm_adjust([raw[i][0].checks[j].pvalue for i, j in family])
     adj_of = {key: a for key, a in zip(family, adjusted)}
     level = false_alarm / max(m, 1)
     results = []
-    for i, (res, lams) in enumerate(raw):
+    for i, (res, lams, _) in enumerate(raw):
         new_checks = []
         for j, chk in enumerate(res.checks):
             adj = adj_of.get((i, j), 1.0)
@@ -579,10 +880,28 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
                                                   failed=failed))
         law_chk = new_checks[0] if res.law is not None else None
         acc_chk = new_checks[-1] if res.accounting is not None else None
-        passed = not res.violations and not any(c.failed for c in new_checks) and res.law is not None
-        results.append(dataclasses.replace(res, law=law_chk, accounting=acc_chk, passed=passed))
+        det_need = float("inf")
+        if res.violating_trials:
+            frac = res.violating_trials / res.trials
+            det_need = 1.0 if frac >= 1 else math.log1p(-power) / math.log1p(-frac)
+        res = dataclasses.replace(res, law=law_chk, accounting=acc_chk,
+                                  violation_trials_needed=max(1.0, det_need))
+        passed = res.exact and res.accounting_ok
+        results.append(dataclasses.replace(res, passed=passed,
+                                           causes=res.causes or _causes(res, spec.kind)))
     return Report(spec, seed, float(false_alarm), float(power), float(confidence), "holm", m,
-                  tuple(results), all(r.passed for r in results), time.perf_counter() - t0)
+                  tuple(results), all(r.passed for r in results), time.perf_counter() - t0,
+                  tuple(conventions), None if the_plan is None else the_plan.resolution)
+
+
+def _with_own_proposals(case, r, opts):
+    """A token case's result redone with the accounting for proposals not from q."""
+    res, lams, obs = r
+    if obs is None:
+        return r
+    _, _, acc_viol, _ = _token_accounting(case, obs[0], OWN, opts)
+    return (dataclasses.replace(res, accounting=None, accounting_violations=tuple(acc_viol)),
+            lams[:1], obs)
 
 
 def assert_conforms(sampler, **kwargs) -> Report:
