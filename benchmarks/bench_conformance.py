@@ -8,9 +8,13 @@ Prints, from a single run:
   and its one-cycle sampler;
 * the per-case throughput of the vectorised token sampler (the large vocabulary case
   is the slowest: every draw searches a 4096-entry CDF);
-* the false-alarm rate of the battery measured on a correct sampler over many seeds at
-  a family-wise level of 0.05, and the fraction of individual p-values below 0.05 and
-  0.01 (both should match their level).
+* the default battery of the vectorised sampler (trials planned for a detectable TV of
+  0.001, bins growing with the trials): wall time, time inside the sampler, kit time;
+* the false-alarm rate of the battery re-measured on correct samplers over ``--seeds``
+  seeds (default 100) at a family-wise level of 0.05: the vectorised sampler, the
+  arg-max-draft sampler whose proposals are not drawn from q (detected, not failed),
+  and the library's vectorised block engine (an accepted end-of-sequence counted); and
+  the fraction of individual p-values below 0.05 and 0.01 (both should match their level).
 
 Run with ``.venv/bin/python benchmarks/bench_conformance.py [--seeds N]`` (the script pins
 itself to one CPU and one BLAS/OpenMP thread). Timings are best-of-``REPEATS`` wall-clock
@@ -51,41 +55,52 @@ def main(argv: list[str] | None = None) -> int:
     print("\nwhole battery (seed 0, default cases)")
     print(f"{'sampler':<44} {'cases':>5} {'trials/case':>11} {'seconds':>8} {'trials/s':>12}  verdict")
     runs = [
-        ("gallery.vectorised_correct (token, vec.)", gallery.vectorised_correct, None),
-        ("gallery.library_vectorised (token, vec.)", gallery.library_vectorised, None),
+        ("gallery.vectorised_correct (token, vec.)", gallery.vectorised_correct, 200_000),
+        ("gallery.library_vectorised (token, vec.)", gallery.library_vectorised, 200_000),
         ("token.sample_step (token, scalar)", token.sample_step, 2_000),
-        ("gallery.library_generation (block, vec.)", gallery.library_generation, None),
+        ("gallery.library_generation (block, vec.)", gallery.library_generation, 100_000),
         ("block.speculative_cycle (block, scalar)", block.speculative_cycle, 1_000),
     ]
     for name, sampler, trials in runs:
-        repeats = REPEATS if trials is None else 1
+        repeats = REPEATS if trials >= 100_000 else 1
         sec, rep = best_report(sampler, repeats=repeats, seed=0, trials=trials)
         n = rep.cases[0].trials
         total = n * len(rep.cases)
         print(f"{name:<44} {len(rep.cases):>5} {n:>11,} {sec:>8.2f} {total / sec:>12,.0f}  {rep.verdict}")
 
     print("\nper case, gallery.vectorised_correct, 200,000 trials")
-    _, rep = best_report(gallery.vectorised_correct, seed=0)
+    _, rep = best_report(gallery.vectorised_correct, seed=0, trials=200_000)
     for c in rep.cases:
         print(f"  {c.name:<16} {c.seconds:6.3f} s  {c.trials / c.seconds:>12,.0f} trials/s")
 
-    print(f"\nfalse alarms: gallery.vectorised_correct, {args.seeds} seeds, "
-          f"{args.sweep_trials:,} trials per case, family-wise level 0.05 (Holm)")
-    t0 = time.perf_counter()
-    fails, pvals = 0, []
-    for seed in range(args.seeds):
-        r = conformance.run_battery(gallery.vectorised_correct, seed=seed,
-                                    trials=args.sweep_trials, false_alarm=0.05)
-        fails += not r.passed
-        pvals += [k.pvalue for c in r.cases for k in c.checks if k.dof > 0]
-    pvals = np.array(pvals)
+    print("\ndefault battery, gallery.vectorised_correct (resolution 0.001, seed 0)")
+    rep = conformance.run_battery(gallery.vectorised_correct, seed=0)
+    print(f"  {sum(c.trials for c in rep.cases):,} trials, wall {rep.seconds:.1f} s, in the sampler "
+          f"{rep.sampler_seconds:.1f} s, in the kit {rep.seconds - rep.sampler_seconds:.1f} s; "
+          f"largest detectable TV {rep.max_detectable_tv:.5f}; {rep.verdict}")
+
+    sweeps = [("gallery.vectorised_correct (token, vec.)", gallery.vectorised_correct,
+               args.sweep_trials),
+              ("gallery.argmax_draft (token, vec., own proposals)", gallery.argmax_draft,
+               args.sweep_trials),
+              ("gallery.library_generation (block, vec.)", gallery.library_generation,
+               args.sweep_trials)]
     lo, hi = sps.binom.interval(0.99, args.seeds, 0.05)
-    print(f"  batteries failed: {fails} / {args.seeds} = {fails / args.seeds:.3f} "
-          f"(level 0.05; 99% range under exactly 0.05: {int(lo)}..{int(hi)})")
-    print(f"  individual checks: {pvals.size}; fraction with p < 0.05: {(pvals < 0.05).mean():.4f}, "
-          f"p < 0.01: {(pvals < 0.01).mean():.4f}; KS test of uniformity p = "
-          f"{sps.kstest(pvals, 'uniform').pvalue:.3f}")
-    print(f"  sweep time {time.perf_counter() - t0:.1f} s")
+    print(f"\nfalse alarms on correct samplers: {args.seeds} seeds each, "
+          f"{args.sweep_trials:,} trials per case, family-wise level 0.05 (Holm); "
+          f"99% range of failures under exactly 0.05: {int(lo)}..{int(hi)}")
+    for name, sampler, n in sweeps:
+        t0 = time.perf_counter()
+        fails, pvals = 0, []
+        for seed in range(args.seeds):
+            r = conformance.run_battery(sampler, seed=seed, trials=n, false_alarm=0.05)
+            fails += not r.passed
+            pvals += [k.pvalue for c in r.cases for k in c.checks if k.dof > 0]
+        pvals = np.array(pvals)
+        print(f"  {name}: batteries failed {fails} / {args.seeds} = {fails / args.seeds:.3f}; "
+              f"{pvals.size} checks, fraction with p < 0.05: {(pvals < 0.05).mean():.4f}, "
+              f"p < 0.01: {(pvals < 0.01).mean():.4f}; KS uniformity p = "
+              f"{sps.kstest(pvals, 'uniform').pvalue:.3f}; {time.perf_counter() - t0:.1f} s")
     return 0
 
 

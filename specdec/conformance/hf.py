@@ -309,10 +309,14 @@ class Generate:
 
     def __init__(self, seed: int = 2026):
         self.seed = seed
+        self.target_passes = 0       # forward passes of the target model, over all calls
+        self.tokens = 0              # tokens generated, over all calls
 
     def __call__(self, target, draft, prefix, gamma, length, rng, n):
         import torch
+        import transformers
 
+        transformers.logging.set_verbosity_error()
         model, assistant = tiny_models(self.seed)
         gc = assistant.generation_config
         gc.num_assistant_tokens = int(gamma)
@@ -323,25 +327,40 @@ class Generate:
         ids = torch.tensor([list(prefix)], dtype=torch.long)
         kwargs = dict(assistant_model=assistant, do_sample=True, max_new_tokens=length,
                       top_k=0, top_p=1.0, temperature=1.0, eos_token_id=EOS, pad_token_id=EOS)
-        with torch.no_grad():
-            for i in range(n):
-                torch.default_generator.manual_seed(torch_seed(rng))
-                seq = model.generate(ids, **kwargs)[0, ids.shape[1]:].tolist()
-                if EOS in seq:
-                    seq = seq[: seq.index(EOS) + 1]
-                out[i, : len(seq)] = seq
+        kwargs["attention_mask"] = torch.ones_like(ids)
+
+        def count(*_):
+            self.target_passes += 1
+
+        hook = model.register_forward_hook(count)
+        try:
+            with torch.no_grad():
+                for i in range(n):
+                    torch.default_generator.manual_seed(torch_seed(rng))
+                    seq = model.generate(ids, **kwargs)[0, ids.shape[1]:].tolist()
+                    if EOS in seq:
+                        seq = seq[: seq.index(EOS) + 1]
+                    out[i, : len(seq)] = seq
+                    self.tokens += len(seq)
+        finally:
+            hook.remove()
         return out
 
 
-def run_all(*, seed: int = 0, budget: float = 20.0, false_alarm: float = 1e-3) -> dict:
+def run_all(*, seed: int = 0, budget: float | None = 20.0, trials: tuple | None = None,
+            false_alarm: float = 1e-3) -> dict:
     """The token, block and end-to-end batteries at the installed release, as a dict.
 
     Parameters
     ----------
     seed : int
         Master seed of the batteries.
-    budget : float
-        Seconds per battery (the kit plans the trials from a pilot).
+    budget : float or None
+        Seconds per battery (the kit plans the trials from a pilot; the counts then
+        depend on the machine's speed).
+    trials : (int, int, int), optional
+        Trials per case of the token, block and end-to-end batteries instead (the
+        report is then a function of the seed alone).
     false_alarm : float
         Family-wise false-alarm probability of each battery.
 
@@ -357,33 +376,46 @@ def run_all(*, seed: int = 0, budget: float = 20.0, false_alarm: float = 1e-3) -
     from .runner import run_battery
 
     torch.set_num_threads(1)      # tensors of a few entries: threads only add overhead
-    out = {"release": release(), "signature": list(signature()), "budget": budget}
+    out = {"release": release(), "signature": list(signature()), "budget": budget,
+           "trials": None if trials is None else list(trials)}
     runs = (("token", token_step, None), ("block", BlockCycle(), None),
             ("generate", Generate(), list(generate_cases())))
-    for name, sampler, cases in runs:
+    for i, (name, sampler, cases) in enumerate(runs):
         t0 = time.perf_counter()
-        rep = run_battery(sampler, cases=cases, seed=seed, budget=budget, false_alarm=false_alarm)
+        how = dict(budget=budget) if trials is None else dict(trials=int(trials[i]))
+        rep = run_battery(sampler, cases=cases, seed=seed, false_alarm=false_alarm, **how)
         d = rep.to_dict()
-        trials = sum(c.trials for c in rep.cases)
-        d["seconds_per_call"] = rep.sampler_seconds / max(trials, 1)
+        n_trials = sum(c.trials for c in rep.cases)
+        d["seconds_per_call"] = rep.sampler_seconds / max(n_trials, 1)
         d["wall_seconds"] = time.perf_counter() - t0
         d["resolution"] = rep.resolution
         d["max_detectable_tv"] = rep.max_detectable_tv
         d["markdown"] = rep.to_markdown(heading=False)
+        if isinstance(sampler, Generate):
+            d["tokens_per_target_pass"] = sampler.tokens / max(sampler.target_passes, 1)
         out[name] = d
     return out
 
 
 def main(argv=None) -> int:
-    """``python -m specdec.conformance.hf [--seed N] [--budget S]``: print the JSON summary."""
+    """``python -m specdec.conformance.hf [--seed N] [--budget S | --trials T,B,G]``: print JSON."""
     ap = argparse.ArgumentParser(prog="python -m specdec.conformance.hf",
                                  description="Run the kit's batteries on transformers' "
                                              "speculative sampling at the installed release.")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=20.0, help="seconds per battery")
+    ap.add_argument("--trials", default=None,
+                    help="trials per case of the token, block and generate batteries, "
+                         "comma-separated (instead of a budget)")
     args = ap.parse_args(argv)
     laws.check_int(args.seed, "seed", minimum=0)
-    print(json.dumps(run_all(seed=args.seed, budget=args.budget)))
+    trials = None
+    if args.trials is not None:
+        trials = tuple(int(x) for x in args.trials.split(","))
+        if len(trials) != 3 or min(trials) < 1:
+            ap.error("--trials: three positive integers, e.g. 500,200,40")
+    print(json.dumps(run_all(seed=args.seed, budget=None if trials else args.budget,
+                             trials=trials)))
     return 0
 
 
