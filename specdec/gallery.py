@@ -45,7 +45,7 @@ import numpy as np
 
 from specdec import flaws, laws, simulate, token
 from specdec.verify import draw, speculative_accept, verify
-from specdec.conformance import block_sampler, token_sampler
+from specdec.conformance import batch_sampler, block_sampler, token_sampler
 
 __all__ = [
     "vectorised_correct",
@@ -548,3 +548,87 @@ def past_eos_generation(target, draft, prefix, gamma, length, rng, n):
     no_eos = [_dc.replace(m, eos=None) for m in (target, draft)]
     out = block.simulate_generation(*no_eos, prefix, gamma, length, n, rng)
     return out.tokens
+
+
+def _batch_verify(target_logits, draft_probs, draft_tokens, n_draft, settings, rng,
+                  row_settings):
+    """Batched verification in the flattened ragged layout of :func:`specdec.conformance.batch_sampler`.
+
+    Each request's target rows are turned into laws with ``row_settings(r)`` (rows with
+    identical settings and logits are processed once); a greedy request's law is the
+    point mass on the arg-max, which the exact rule then accepts iff the proposal is the
+    arg-max and otherwise corrects to it. The rows go to the one kernel,
+    :func:`specdec.verify.verify`, padded to the longest draft.
+    """
+    n_draft = np.asarray(n_draft, dtype=np.int64)
+    R, V = n_draft.size, target_logits.shape[1]
+    reps = n_draft + 1
+    t_start = np.concatenate([[0], np.cumsum(reps)[:-1]])
+    d_start = np.concatenate([[0], np.cumsum(n_draft)[:-1]])
+    greedy = np.asarray(settings["greedy"], dtype=bool)
+    p_flat = np.empty_like(target_logits)
+    owner = np.repeat(np.arange(R), reps)
+    groups: dict = {}
+    for r in range(R):
+        groups.setdefault(("greedy",) if greedy[r] else row_settings(r), []).append(r)
+    for key, reqs in groups.items():
+        rows = np.flatnonzero(np.isin(owner, reqs))
+        if key == ("greedy",):
+            point = np.zeros((rows.size, V))
+            point[np.arange(rows.size), np.argmax(target_logits[rows], axis=1)] = 1.0
+            p_flat[rows] = point
+        else:                                # identical rows are processed once
+            t, k, tp = key
+            uniq, inverse = np.unique(target_logits[rows], axis=0, return_inverse=True)
+            p_flat[rows] = laws.sampling_laws(uniq, temperature=t, top_k=k, top_p=tp)[inverse.ravel()]
+    gamma = int(n_draft.max())
+    pos = np.arange(gamma + 1)[None, :]
+    p = np.zeros((R, gamma + 1, V))
+    live = pos <= n_draft[:, None]
+    p[live] = p_flat[(t_start[:, None] + pos)[live]]
+    q = np.zeros((R, gamma, V))
+    props = np.zeros((R, gamma), dtype=np.int64)
+    live_q = pos[:, :gamma] < n_draft[:, None]
+    src = (d_start[:, None] + pos[:, :gamma])[live_q]
+    q[live_q] = draft_probs[src]
+    props[live_q] = np.asarray(draft_tokens, dtype=np.int64)[src]
+    q[~live_q] = 1.0 / V                     # ignored positions: any law
+    out = verify(p, q, props, n_draft, rng)
+    return out.tokens, out.n_emitted
+
+
+def _row_settings(settings):
+    def get(r):
+        k = int(settings["top_k"][r])
+        tp = float(settings["top_p"][r])
+        return (float(settings["temperature"][r]), k or None, None if tp >= 1 else tp)
+    return get
+
+
+@batch_sampler
+def batch_correct(target_logits, draft_probs, draft_tokens, n_draft, settings, rng):
+    """Correct batched verification: every request with its own settings, ragged drafts.
+
+    The flattened layout of vLLM's rejection sampler (one target row per proposal plus a
+    bonus row per request); greedy requests accept a proposal iff it is the target's
+    arg-max and emit the arg-max.
+    """
+    return _batch_verify(target_logits, draft_probs, draft_tokens, n_draft, settings, rng,
+                         _row_settings(settings))
+
+
+@batch_sampler
+def batch_row0_temperature(target_logits, draft_probs, draft_tokens, n_draft, settings, rng):
+    """Bug: the first request's temperature is applied to every request of the batch.
+
+    A batch shares one sampling-parameter object, read once (``settings[0]``) instead of
+    per row; the requests whose temperature differs get the wrong target law.
+    """
+    get = _row_settings(settings)
+    t0 = float(settings["temperature"][0])
+
+    def wrong(r):
+        _, k, tp = get(r)
+        return (t0, k, tp)                  # BUG: row 0's temperature for every request
+
+    return _batch_verify(target_logits, draft_probs, draft_tokens, n_draft, settings, rng, wrong)

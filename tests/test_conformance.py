@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from specdec import block, conformance as C, flaws, gallery as G, laws, models, stats, token
+from specdec import block, conformance as C, flaws, gallery as G, laws, models, stats, token, verify
 from specdec.laws import LawError
 
 SEED = 20260925
@@ -679,7 +679,7 @@ def test_a_bug_confined_to_the_tail_is_resolved_by_more_trials():
 
     @C.token_sampler(vectorised=True)
     def tail_bug(p, q, rng, n):
-        return G._draw(wrong if p.size == big.p.size else p, rng.random(n))
+        return verify.draw(wrong if p.size == big.p.size else p, rng.random(n))
 
     tv = laws.tv_distance(wrong, big.p)
     assert 0.05 < tv < 0.2
@@ -721,3 +721,38 @@ def test_a_budget_buys_a_resolution_and_the_report_states_it():
     r = C.run_battery(G.vectorised_correct, cases=["article", "equal"], seed=SEED,
                       trials={"article": 1_000, "equal": 3_000})
     assert [c.trials for c in r.cases] == [1_000, 3_000]
+
+
+# --------------------------------------------------------------------------------------
+# Batched samplers: one call, many requests, each with its own settings
+# --------------------------------------------------------------------------------------
+
+
+def test_batch_cases_mix_settings_greedy_rows_and_ragged_drafts():
+    cases = {c.name: c for c in C.batch_cases()}
+    assert tuple(cases) == C.BATCH_CASE_NAMES
+    assert len(set(cases["batch_temperatures"].temperature)) == 6
+    assert cases["batch_greedy_mixed"].greedy.any() and not cases["batch_greedy_mixed"].greedy.all()
+    assert 0 in cases["batch_ragged"].n_draft and len(set(cases["batch_ragged"].n_draft)) >= 4
+    assert C.describe_sampler(G.batch_correct).kind == "batch"
+
+
+def test_correct_batch_sampler_passes_and_row0_temperature_bug_fails():
+    r = C.run_battery(G.batch_correct, seed=SEED, trials=20_000)
+    assert r.passed, r.to_markdown()
+    bug = C.run_battery(G.batch_row0_temperature, seed=SEED, trials=20_000)
+    assert not bug.passed and not bug.exact
+    assert not bug.case("batch_temperatures").passed
+    assert any("one request's settings" in x for x in bug.case("batch_temperatures").causes)
+
+
+def test_batch_greedy_rows_are_checked_exactly():
+    @C.batch_sampler
+    def greedy_ignored(target_logits, draft_probs, draft_tokens, n_draft, settings, rng):
+        s = dict(settings, greedy=np.zeros_like(settings["greedy"]))   # greedy rows sampled
+        return G.batch_correct(target_logits, draft_probs, draft_tokens, n_draft, s, rng)
+
+    r = C.run_battery(greedy_ignored, seed=SEED, trials=2_000, cases=["batch_greedy_mixed"])
+    c = r.cases[0]
+    assert not c.exact and any("greedy requests must emit" in v for v in c.violations)
+    assert c.trials_needed < 20

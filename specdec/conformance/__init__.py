@@ -117,8 +117,9 @@ from __future__ import annotations
 from specdec.stats import Binning, detectable_tv, holm_adjust, pool_cells
 
 from .plan import DEFAULT_RESOLUTION, Plan, plan_battery
-from .cases import BLOCK_CASE_NAMES, CASE_NAMES, BlockCase, TokenCase, block_cases, token_cases
-from .conventions import SamplerSpec, block_sampler, describe_sampler, load_sampler, token_sampler
+from .cases import (BATCH_CASE_NAMES, BLOCK_CASE_NAMES, CASE_NAMES, BatchCase, BlockCase, TokenCase,
+                    batch_cases, block_cases, token_cases)
+from .conventions import SamplerSpec, batch_sampler, block_sampler, describe_sampler, load_sampler, token_sampler
 from .report import CaseResult, Check, CycleAccounting, Report
 from .runner import assert_conforms, run_battery, run_case
 
@@ -126,6 +127,10 @@ __all__ = [
     "SamplerSpec",
     "token_sampler",
     "block_sampler",
+    "batch_sampler",
+    "BatchCase",
+    "batch_cases",
+    "BATCH_CASE_NAMES",
     "describe_sampler",
     "load_sampler",
     "TokenCase",

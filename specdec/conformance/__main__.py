@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from .cases import block_cases, token_cases
-from .conventions import (AUTO, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED, OWN, TOKEN,
+from .cases import batch_cases, block_cases, token_cases
+from .conventions import (AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED, OWN, TOKEN,
                           describe_sampler, load_sampler)
 from .plan import plan_battery
 from .runner import _resolve_cases, run_battery
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Test a speculative sampler against the exact target law "
                     "(standard battery, family-wise false-alarm control).")
     ap.add_argument("sampler", nargs="?", help="package.module:function")
-    ap.add_argument("--kind", choices=(TOKEN, BLOCK))
+    ap.add_argument("--kind", choices=(TOKEN, BLOCK, BATCH))
     ap.add_argument("--vectorised", action="store_true", default=None,
                     help="token sampler takes a trailing n and returns n draws")
     ap.add_argument("--inputs", choices=(LAWS, LOGITS))
@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"token  {c.name:16s} {c.description}")
         for c in block_cases():
             print(f"block  {c.name:16s} {c.description}")
+        for c in batch_cases():
+            print(f"batch  {c.name:16s} {c.description}")
         return 0
     if not args.sampler:
         ap.print_usage(sys.stderr)

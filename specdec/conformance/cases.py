@@ -14,7 +14,8 @@ import numpy as np
 
 from specdec import laws
 
-__all__ = ["TokenCase", "BlockCase", "token_cases", "block_cases", "CASE_NAMES", "BLOCK_CASE_NAMES"]
+__all__ = ["TokenCase", "BlockCase", "BatchCase", "token_cases", "block_cases", "batch_cases",
+           "CASE_NAMES", "BLOCK_CASE_NAMES", "BATCH_CASE_NAMES"]
 
 
 
@@ -219,3 +220,125 @@ BLOCK_CASE_NAMES: tuple[str, ...] = (
 )
 
 
+
+
+@dataclass(frozen=True, eq=False)
+class BatchCase:
+    """One batched case: requests with their own logits, draft lengths and settings.
+
+    Attributes
+    ----------
+    name, description : str
+    target_logits : tuple of numpy.ndarray
+        Per request, shape ``(n_draft + 1, V)``: raw target logits at each proposal
+        position and at the bonus position.
+    draft_logits : tuple of numpy.ndarray
+        Per request, shape ``(n_draft, V)``.
+    temperature, top_p : numpy.ndarray, shape (R,)
+    top_k : numpy.ndarray of int, shape (R,)
+        0 means no top-k.
+    greedy : numpy.ndarray of bool, shape (R,)
+        Arg-max requests (temperature ignored): the exact output is deterministic.
+
+    The exact laws (:meth:`target_laws`, :meth:`draft_laws`) are
+    :func:`specdec.laws.sampling_law` of each row with its request's settings (a point
+    mass on the arg-max for greedy requests; their drafts propose from the draft's
+    softmax at temperature 1).
+    """
+
+    name: str
+    description: str
+    target_logits: tuple
+    draft_logits: tuple
+    temperature: np.ndarray
+    top_k: np.ndarray
+    top_p: np.ndarray
+    greedy: np.ndarray
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.target_logits)
+
+    @property
+    def n_draft(self) -> np.ndarray:
+        return np.array([d.shape[0] for d in self.draft_logits], dtype=np.int64)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target_logits[0].shape[1])
+
+    def _settings(self, r: int) -> dict:
+        return dict(temperature=float(self.temperature[r]),
+                    top_k=int(self.top_k[r]) or None,
+                    top_p=None if self.top_p[r] >= 1 else float(self.top_p[r]))
+
+    def target_laws(self) -> tuple:
+        """Per request, ``(n_draft + 1, V)``: the law each emitted position must follow."""
+        out = []
+        for r, z in enumerate(self.target_logits):
+            if self.greedy[r]:
+                law = np.zeros_like(z)
+                law[np.arange(z.shape[0]), np.argmax(z, axis=1)] = 1.0
+            else:
+                law = np.array([laws.sampling_law(row, **self._settings(r)) for row in z])
+            out.append(law)
+        return tuple(out)
+
+    def draft_laws(self) -> tuple:
+        """Per request, ``(n_draft, V)``: the law each proposal is drawn from."""
+        out = []
+        for r, z in enumerate(self.draft_logits):
+            st = dict(temperature=1.0) if self.greedy[r] else self._settings(r)
+            out.append(np.array([laws.sampling_law(row, **st) for row in z]).reshape(z.shape))
+        return tuple(out)
+
+    @property
+    def settings(self) -> dict:
+        """The ``settings`` dict passed to the sampler (``(R,)`` arrays)."""
+        return {"temperature": self.temperature.copy(), "top_k": self.top_k.copy(),
+                "top_p": self.top_p.copy(), "greedy": self.greedy.copy()}
+
+
+def _batch_case(name, description, n_draft, temperature, top_k, top_p, greedy, v=8,
+                seed=20261201):
+    g = np.random.default_rng(seed)
+    tl, dl = [], []
+    for k in n_draft:
+        t = 1.5 * g.standard_normal((k + 1, v))
+        tl.append(t)
+        dl.append(0.8 * t[:k] + 0.9 * g.standard_normal((k, v)))
+    return BatchCase(name, description, tuple(tl), tuple(dl),
+                     np.asarray(temperature, dtype=np.float64), np.asarray(top_k, dtype=np.int64),
+                     np.asarray(top_p, dtype=np.float64), np.asarray(greedy, dtype=bool))
+
+
+def batch_cases() -> tuple[BatchCase, ...]:
+    """The standard batched battery (8-token vocabulary, fixed seed-independent logits).
+
+    Returns
+    -------
+    tuple of BatchCase
+        ``batch_temperatures``: six requests with temperatures 0.3 to 2.0, two proposals
+        each (one request's settings applied to all shows here); ``batch_truncation``:
+        top-k and top-p differing per request; ``batch_greedy_mixed``: greedy requests
+        between sampled ones; ``batch_ragged``: draft lengths 0, 1, 3, 2, 0, 4 (empty
+        drafts: the bonus token only).
+    """
+    return (
+        _batch_case("batch_temperatures", "six requests, temperatures 0.3 to 2.0, 2 proposals each",
+                    [2] * 6, [1.0, 0.3, 2.0, 0.7, 1.5, 0.5], [0] * 6, [1.0] * 6, [False] * 6),
+        _batch_case("batch_truncation", "top-k and top-p per request (3, off, 5; 0.8, 0.95, off)",
+                    [2] * 6, [1.0, 0.8, 1.2, 1.0, 0.9, 1.1], [3, 0, 5, 0, 0, 2],
+                    [1.0, 0.8, 1.0, 0.95, 1.0, 1.0], [False] * 6),
+        _batch_case("batch_greedy_mixed", "greedy requests between sampled ones, 3 proposals each",
+                    [3] * 5, [0.7, 1.0, 1.3, 1.0, 0.6], [0] * 5, [1.0] * 5,
+                    [True, False, True, False, False]),
+        _batch_case("batch_ragged", "draft lengths 0, 1, 3, 2, 0, 4 (empty drafts allowed)",
+                    [0, 1, 3, 2, 0, 4], [1.0, 0.6, 1.4, 1.0, 0.8, 1.0], [0, 0, 4, 0, 0, 0],
+                    [1.0, 1.0, 1.0, 0.9, 1.0, 1.0], [False, False, False, False, True, False]),
+    )
+
+
+#: Names of the standard batched cases, in battery order.
+BATCH_CASE_NAMES: tuple[str, ...] = ("batch_temperatures", "batch_truncation",
+                                     "batch_greedy_mixed", "batch_ragged")

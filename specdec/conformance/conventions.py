@@ -11,12 +11,13 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["TOKEN", "BLOCK", "LAWS", "LOGITS", "AUTO", "FROM_Q", "OWN", "COUNTED", "NOT_COUNTED",
+__all__ = ["TOKEN", "BLOCK", "BATCH", "batch_sampler", "LAWS", "LOGITS", "AUTO", "FROM_Q", "OWN", "COUNTED", "NOT_COUNTED",
            "SamplerSpec", "token_sampler", "block_sampler",
            "describe_sampler", "load_sampler"]
 
 TOKEN = "token"
 BLOCK = "block"
+BATCH = "batch"
 LAWS = "laws"
 LOGITS = "logits"
 
@@ -173,6 +174,33 @@ def block_sampler(func: Callable | None = None, *, vectorised: bool = False, pro
     return mark(func) if func is not None else mark
 
 
+def batch_sampler(func: Callable | None = None):
+    """Mark a callable as a batched sampler: one call verifies a batch of requests.
+
+    ``func(target_logits, draft_probs, draft_tokens, n_draft, settings, rng)``, with the
+    flattened ragged layout real engines use (vLLM's rejection sampler):
+
+    * ``n_draft`` ``(R,)`` int: proposals of each request, 0 allowed;
+    * ``draft_tokens`` ``(N,)`` int, ``N = n_draft.sum()``: the proposals, request by
+      request; ``draft_probs`` ``(N, V)``: the (processed) draft law each was drawn from;
+    * ``target_logits`` ``(N + R, V)``: raw target logits, request by request, one row per
+      proposal then the bonus row;
+    * ``settings``: dict of ``(R,)`` arrays ``temperature``, ``top_k`` (0: off),
+      ``top_p`` (1.0: off) and ``greedy`` (bool: the request decodes by arg-max).
+
+    It returns ``(tokens, n_emitted)`` (``(R, max(n_draft) + 1)`` ints padded with -1, and
+    ``(R,)``), or an object with those attributes (and optionally ``n_accepted``). Each
+    request is checked against its own law: the target law processed with its own
+    settings, token by token along its accepted prefix.
+    """
+
+    def mark(f):
+        setattr(f, _MARK, SamplerSpec(BATCH, True, LAWS, _callable_name(f)))
+        return f
+
+    return mark(func) if func is not None else mark
+
+
 def _required_positional(f) -> int | None:
     try:
         sig = inspect.signature(f)
@@ -197,7 +225,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
 
     Explicit arguments win; then the mark left by :func:`token_sampler` or
     :func:`block_sampler`; then the signature: 7 required positional parameters means a
-    vectorised block sampler, 5 a block sampler, 4 a vectorised token sampler, 3 a token
+    vectorised block sampler, 6 a batched sampler, 5 a block sampler, 4 a vectorised token sampler, 3 a token
     sampler; a keyword parameter named ``temperature`` means logits inputs.
 
     Parameters
@@ -233,7 +261,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
     if not callable(sampler):
         raise TypeError(f"sampler: must be callable (got {type(sampler).__name__})")
     if kind is not None:
-        _check_choice(kind, "kind", (TOKEN, BLOCK))
+        _check_choice(kind, "kind", (TOKEN, BLOCK, BATCH))
     if inputs is not None:
         _check_choice(inputs, "inputs", (LAWS, LOGITS))
     mark = getattr(sampler, _MARK, None)
@@ -243,6 +271,8 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
         n = _required_positional(sampler)
         if n in (5, 7):
             guess = SamplerSpec(BLOCK, vectorised=(n == 7))
+        elif n == 6:
+            guess = SamplerSpec(BATCH, vectorised=True)
         elif n in (3, 4):
             guess = SamplerSpec(TOKEN, vectorised=(n == 4),
                                 inputs=LOGITS if _has_keyword(sampler, "temperature") else LAWS)
@@ -266,7 +296,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
     if accepted_eos is not None:
         spec = dataclasses.replace(spec, accepted_eos=_check_choice(
             accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED)))
-    if spec.kind == BLOCK and spec.inputs != LAWS:
+    if spec.kind in (BLOCK, BATCH) and spec.inputs != LAWS:
         raise ValueError("inputs: block samplers receive toy models, not logits "
                          "(inputs='logits' applies to token samplers only)")
     return spec

@@ -24,25 +24,27 @@ import numpy as np
 
 from specdec import stats
 
-from .cases import BlockCase, TokenCase
-from .conventions import BLOCK, SamplerSpec
+from .cases import BatchCase, BlockCase, TokenCase
+from .conventions import BATCH, BLOCK, SamplerSpec
 
 __all__ = ["DEFAULT_RESOLUTION", "MAX_TRIALS", "Plan", "convention_key", "check_laws",
            "trials_for_tv", "plan_battery"]
 
 #: Default detectable TV per calling convention.
 DEFAULT_RESOLUTION = {"scalar": 0.01, "vectorised": 0.001, "block": 0.02,
-                      "block_vectorised": 0.005}
+                      "block_vectorised": 0.005, "batch": 0.005}
 
 #: Trials per case are capped (memory is not the limit: counts are accumulated per chunk).
 MAX_TRIALS = {"scalar": 2_000_000, "vectorised": 400_000_000, "block": 1_000_000,
-              "block_vectorised": 100_000_000}
+              "block_vectorised": 100_000_000, "batch": 20_000_000}
 
 MIN_TRIALS = 200
 
 
 def convention_key(spec: SamplerSpec) -> str:
-    """``"scalar"``, ``"vectorised"``, ``"block"`` or ``"block_vectorised"``."""
+    """``"scalar"``, ``"vectorised"``, ``"block"``, ``"block_vectorised"`` or ``"batch"``."""
+    if spec.kind == BATCH:
+        return "batch"
     base = "block" if spec.kind == BLOCK else ""
     if spec.vectorised:
         return f"{base}_vectorised" if base else "vectorised"
@@ -61,7 +63,10 @@ def check_laws(case) -> list[np.ndarray]:
         law = np.array(list(seq.values()))
         return [law / law.sum(), block.accepted_count_law(case.target, case.draft,
                                                           tuple(case.prefix), case.gamma)]
-    raise TypeError(f"case: expected a TokenCase or BlockCase (got {type(case).__name__})")
+    if isinstance(case, BatchCase):   # the summed test: every (request, position) cell
+        cells = np.concatenate([law.ravel() for law in case.target_laws()])
+        return [cells / cells.sum()]
+    raise TypeError(f"case: expected a TokenCase, BlockCase or BatchCase (got {type(case).__name__})")
 
 
 def _dof(law: np.ndarray, trials: int, min_expected: float) -> int:
@@ -193,12 +198,21 @@ class Plan:
 
 
 def _pilot(sampler, spec, case, seed: int, n: int) -> float:
-    """Seconds per trial of one case (kit included), from a short run."""
+    """Seconds per trial of one case (kit included), from a short run.
+
+    Starts at ``min(n, 10)`` trials and grows tenfold until a run takes 0.2 s or reaches
+    ``n`` trials, so a slow sampler costs a fraction of a second to measure.
+    """
     from .runner import run_case
 
-    t0 = time.perf_counter()
-    run_case(sampler, case, spec=spec, seed=seed, trials=n)
-    return (time.perf_counter() - t0) / n
+    k = min(n, 10)
+    while True:
+        t0 = time.perf_counter()
+        run_case(sampler, case, spec=spec, seed=seed, trials=k)
+        seconds = time.perf_counter() - t0
+        if seconds >= 0.2 or k >= n:
+            return seconds / k
+        k = min(n, k * 10)
 
 
 def plan_battery(spec: SamplerSpec, sampler, case_list, *, resolution: float | None = None,

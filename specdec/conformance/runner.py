@@ -13,8 +13,8 @@ import numpy as np
 from specdec import laws, stats
 
 from . import plan
-from .cases import BlockCase, TokenCase, block_cases, token_cases
-from .conventions import (AUTO, BLOCK, CHUNK, COUNTED, FROM_Q, LOGITS, NOT_COUNTED, OWN,
+from .cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, token_cases
+from .conventions import (AUTO, BATCH, BLOCK, CHUNK, COUNTED, FROM_Q, LOGITS, NOT_COUNTED, OWN,
                           TOKEN, SamplerSpec, describe_sampler)
 from .report import CaseResult, Check, CycleAccounting, Report
 
@@ -200,6 +200,11 @@ LAW_CAUSES = {
 BLOCK_LAW_CAUSE = ("the law of the decoded sequence is wrong: state carried between cycles "
                    "(proposals reused after a rejection, a cache not rolled back), a wrong "
                    "verification of a block, or a bonus token drawn from the wrong position")
+
+
+BATCH_LAW_CAUSE = ("a request's tokens do not follow its own law: one request's settings "
+                   "(temperature, top-k, top-p, greedy) applied to others, rows of the flattened "
+                   "batch misaligned (ragged offsets, empty drafts), or a wrong verification")
 
 
 def _token_accounting(case: TokenCase, joint, proposals: str, opts):
@@ -610,6 +615,154 @@ def _block_case(sampler, spec, case: BlockCase, rng, trials, opts):
 
 
 # --------------------------------------------------------------------------------------
+# Running a batched case
+# --------------------------------------------------------------------------------------
+
+
+def _draw_rows(laws_: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draw of one token per row of ``laws_`` (never a token of probability 0)."""
+    cdf = np.cumsum(laws_, axis=1)
+    last = laws_.shape[1] - 1 - np.argmax(laws_[:, ::-1] > 0, axis=1)
+    cdf = np.where(np.arange(laws_.shape[1])[None, :] >= last[:, None], 1.0, cdf)
+    return (u[:, None] >= cdf).sum(axis=1)
+
+
+def _batch_case(sampler, spec, case, rng, trials, opts):
+    """Replicate the case's requests ``trials`` times into large batches and check each."""
+    t0 = time.perf_counter()
+    clock = [0.0]
+    R, V = case.n_requests, case.vocab_size
+    n_draft = case.n_draft
+    p_laws, q_laws = case.target_laws(), case.draft_laws()
+    width = int(n_draft.max()) + 1
+    # counts[r][j]: tokens emitted at position j by request r among trials reaching j
+    counts = [np.zeros((k + 1, V), dtype=np.int64) for k in n_draft]
+    violations: dict[str, int] = {}
+    bad_total = 0
+    greedy_out = {}
+    per_call = max(1, min(trials, 32768 // max(R, 1)))
+    tl_block = np.concatenate([np.concatenate([case.target_logits[r]]) for r in range(R)])
+    done = 0
+
+    def violation(msg, k):
+        violations[msg] = violations.get(msg, 0) + int(k)
+
+    try:
+        while done < trials:
+            t = min(per_call, trials - done)
+            nd = np.tile(n_draft, t)                                       # (t R,)
+            # proposals, request by request and trial by trial
+            q_rows = np.concatenate([q_laws[r] for r in range(R)]) if n_draft.sum() else \
+                np.zeros((0, V))
+            q_all = np.tile(q_rows, (t, 1))
+            x = _draw_rows(q_all, rng.random(q_all.shape[0])) if q_all.shape[0] else \
+                np.zeros(0, dtype=np.int64)
+            target_logits = np.tile(tl_block, (t, 1))
+            settings = {k: np.tile(v, t) for k, v in case.settings.items()}
+            t1 = time.perf_counter()
+            out = sampler(target_logits.copy(), q_all.copy(), x.copy(), nd.copy(), settings, rng)
+            clock[0] += time.perf_counter() - t1
+            tokens = np.asarray(getattr(out, "tokens", out[0] if isinstance(out, tuple) else out))
+            n_emit = np.asarray(getattr(out, "n_emitted", out[1] if isinstance(out, tuple) else None))
+            if tokens.ndim != 2 or tokens.shape[0] != t * R or tokens.dtype.kind not in "iu":
+                raise _Malformed(f"tokens: expected an integer array with {t * R} rows, got shape "
+                                 f"{tokens.shape} dtype {tokens.dtype}")
+            if n_emit.shape != (t * R,) or n_emit.dtype.kind not in "iu":
+                raise _Malformed(f"n_emitted: expected ({t * R},) integers, got {n_emit.shape}")
+            if tokens.shape[1] < width:
+                tokens = np.pad(tokens, ((0, 0), (0, width - tokens.shape[1])), constant_values=-1)
+            bad = (n_emit < 1) | (n_emit > nd + 1)
+            if bad.any():
+                violation("requests must emit 1 to n_draft + 1 tokens", bad.sum())
+            n_emit = np.clip(n_emit, 1, nd + 1)
+            pos = np.arange(width)[None, :]
+            body = pos < n_emit[:, None]
+            if ((tokens < 0) | (tokens >= V))[body].any():
+                raise _Malformed(f"tokens: ids outside the vocabulary 0..{V - 1}")
+            # accepted prefix: the emitted tokens before the last must be the proposals
+            starts = np.concatenate([[0], np.cumsum(nd)[:-1]])
+            prop = np.full((t * R, width), -1, dtype=np.int64)
+            rows_i = np.repeat(np.arange(t * R), nd)
+            cols_i = np.arange(nd.sum()) - np.repeat(starts, nd)
+            prop[rows_i, cols_i] = x
+            prefix_bad = ((tokens != prop) & (pos < (n_emit - 1)[:, None])).any(axis=1)
+            if prefix_bad.any():
+                violation("emitted tokens before the last must be the accepted proposals",
+                          prefix_bad.sum())
+            acc_rep = getattr(out, "n_accepted", None)
+            if acc_rep is not None and (np.asarray(acc_rep) != n_emit - 1).any():
+                violation("reported accepted counts differ from emitted - 1",
+                          (np.asarray(acc_rep) != n_emit - 1).sum())
+            bad_rows = bad | prefix_bad
+            req = np.tile(np.arange(R), t)
+            for r in range(R):
+                sel = req == r
+                tk, ne, pr = tokens[sel], n_emit[sel], prop[sel]
+                if case.greedy[r]:
+                    # deterministic: accept while the proposal is the target's arg-max
+                    amax = np.argmax(p_laws[r], axis=1)
+                    match = pr[:, : n_draft[r]] == amax[None, : n_draft[r]]
+                    k = np.where(match.all(axis=1), n_draft[r], np.argmin(match, axis=1)) \
+                        if n_draft[r] else np.zeros(sel.sum(), dtype=np.int64)
+                    wrong = (ne != k + 1) | (tk[np.arange(tk.shape[0]), k] != amax[k])
+                    if wrong.any():
+                        violation("greedy requests must emit the target's arg-max along the "
+                                  "accepted prefix", wrong.sum())
+                        bad_rows[np.flatnonzero(sel)[wrong]] = True
+                    greedy_out[r] = True
+                for j in range(n_draft[r] + 1):
+                    reached = ne > j
+                    if reached.any():
+                        counts[r][j] += np.bincount(tk[reached, j], minlength=V)[:V]
+            bad_total += int(bad_rows.sum())
+            done += t
+    except _Malformed as exc:
+        return CaseResult(case.name, BATCH, case.description, trials, None, None, None,
+                          (f"malformed output: {exc}",), False, time.perf_counter() - t0,
+                          causes=(f"The sampler's output could not be read ({exc}).",),
+                          violating_trials=trials), [], None
+    except Exception as exc:  # the sampler crashed: a conformance failure, reported
+        return CaseResult(case.name, BATCH, case.description, trials, None, None, None,
+                          (f"raised {type(exc).__name__}: {exc}",), False,
+                          time.perf_counter() - t0,
+                          causes=(f"The sampler raised {type(exc).__name__}: {exc}.",),
+                          violating_trials=trials), [], None
+    # the law: each request's emitted token at each reached position follows its own law;
+    # conditionally on the positions reached, the per-(request, position) Pearson statistics
+    # are independent, so their sum is chi-square with the summed degrees of freedom
+    stat, dof, lam, impossible = 0.0, 0, 0.0, 0
+    worst = None
+    for r in range(R):
+        for j in range(n_draft[r] + 1):
+            c, lw = counts[r][j], p_laws[r][j]
+            if c.sum() == 0:
+                continue
+            chk, lam1 = _gof("law", c, lw, **opts)
+            stat += chk.statistic
+            dof += chk.dof
+            impossible += chk.impossible
+            lam += lam1 * chk.trials / max(trials, 1)
+            if j == 0 and (worst is None or (chk.tv_low, chk.tv) > (worst.tv_low, worst.tv)):
+                worst = chk
+    viol = [f"{m} ({k:,} requests)" for m, k in violations.items()]
+    if impossible:
+        viol.append(f"{impossible} tokens of probability 0 under their request's target law")
+    from scipy import stats as sps
+
+    pvalue = float(sps.chi2.sf(stat, dof)) if dof else 1.0
+    law = dataclasses.replace(
+        worst, method=f"per-request, per-position laws ({R} requests, "
+                      f"{int((n_draft + 1).sum())} positions): summed Pearson chi-square",
+        trials=trials, statistic=stat, dof=dof, pvalue=pvalue, impossible=impossible)
+    res = CaseResult(case.name, BATCH, case.description, trials, law, None, None, tuple(viol),
+                     True, time.perf_counter() - t0, violating_trials=bad_total + impossible,
+                     sampler_seconds=clock[0],
+                     conventions=("greedy requests checked exactly (deterministic)",)
+                     if greedy_out else ())
+    return res, [lam], None
+
+
+# --------------------------------------------------------------------------------------
 # The battery
 # --------------------------------------------------------------------------------------
 
@@ -624,7 +777,8 @@ def _case_rng(seed: int, name: str) -> np.random.Generator:
 
 
 def _resolve_cases(kind: str, cases) -> tuple:
-    standard = token_cases() if kind == TOKEN else block_cases()
+    standard = {TOKEN: token_cases, BLOCK: block_cases, BATCH: batch_cases}[kind]()
+    cls = {TOKEN: TokenCase, BLOCK: BlockCase, BATCH: BatchCase}[kind]
     if cases is None:
         return standard
     if isinstance(cases, (str, TokenCase, BlockCase)):
@@ -636,11 +790,11 @@ def _resolve_cases(kind: str, cases) -> tuple:
             if c not in by_name:
                 raise ValueError(f"cases: unknown {kind} case {c!r} (known: {', '.join(by_name)})")
             out.append(by_name[c])
-        elif isinstance(c, TokenCase if kind == TOKEN else BlockCase):
+        elif isinstance(c, cls):
             out.append(c)
         else:
             raise ValueError(f"cases: expected {kind} case names or "
-                             f"{'TokenCase' if kind == TOKEN else 'BlockCase'} objects (got {c!r})")
+                             f"{cls.__name__} objects (got {c!r})")
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise ValueError(f"cases: names must be unique (got {names})")
@@ -662,7 +816,7 @@ def run_case(sampler, case, *, spec: SamplerSpec | None = None, seed: int = 0,
         observations of a token case (None otherwise).
     """
     spec = spec or describe_sampler(sampler)
-    kind = BLOCK if isinstance(case, BlockCase) else TOKEN
+    kind = BLOCK if isinstance(case, BlockCase) else BATCH if isinstance(case, BatchCase) else TOKEN
     if kind != spec.kind:
         raise ValueError(f"cases: a {kind} case cannot test a {spec.kind} sampler")
     if trials is None:
@@ -675,6 +829,8 @@ def run_case(sampler, case, *, spec: SamplerSpec | None = None, seed: int = 0,
     if kind == TOKEN:
         mode = proposals or (OWN if spec.proposals == OWN else FROM_Q)
         return _token_case(sampler, spec, case, rng, trials, opts, mode)
+    if kind == BATCH:
+        return _batch_case(sampler, spec, case, rng, trials, opts)
     return _block_case(sampler, spec, case, rng, trials, opts)
 
 
@@ -695,7 +851,8 @@ def _causes(res: CaseResult, kind: str) -> tuple[str, ...]:
         out.append(f"Exactness: {v} ({why}).")
     law = res.law
     if law is not None and law.failed and law.impossible == 0:
-        why = LAW_CAUSES.get(res.name, BLOCK_LAW_CAUSE if kind == BLOCK else
+        why = LAW_CAUSES.get(res.name, BLOCK_LAW_CAUSE if kind == BLOCK else BATCH_LAW_CAUSE
+                             if kind == BATCH else
                              "the accept test, the recovery or the processing of the laws is wrong")
         out.append(f"Exactness: the law check failed ({law.method}, chi-square "
                    f"{law.statistic:.1f} on {law.dof} dof, Holm-adjusted p = "
