@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import laws, stats
+from specdec import laws, stats, verify
 
 from . import plan
 from .cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, token_cases
@@ -619,14 +619,6 @@ def _block_case(sampler, spec, case: BlockCase, rng, trials, opts):
 # --------------------------------------------------------------------------------------
 
 
-def _draw_rows(laws_: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draw of one token per row of ``laws_`` (never a token of probability 0)."""
-    cdf = np.cumsum(laws_, axis=1)
-    last = laws_.shape[1] - 1 - np.argmax(laws_[:, ::-1] > 0, axis=1)
-    cdf = np.where(np.arange(laws_.shape[1])[None, :] >= last[:, None], 1.0, cdf)
-    return (u[:, None] >= cdf).sum(axis=1)
-
-
 def _batch_case(sampler, spec, case, rng, trials, opts):
     """Replicate the case's requests ``trials`` times into large batches and check each."""
     t0 = time.perf_counter()
@@ -655,7 +647,7 @@ def _batch_case(sampler, spec, case, rng, trials, opts):
             q_rows = np.concatenate([q_laws[r] for r in range(R)]) if n_draft.sum() else \
                 np.zeros((0, V))
             q_all = np.tile(q_rows, (t, 1))
-            x = _draw_rows(q_all, rng.random(q_all.shape[0])) if q_all.shape[0] else \
+            x = verify.draw(q_all, rng.random(q_all.shape[0])) if q_all.shape[0] else \
                 np.zeros(0, dtype=np.int64)
             target_logits = np.tile(tl_block, (t, 1))
             settings = {k: np.tile(v, t) for k, v in case.settings.items()}
