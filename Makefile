@@ -10,12 +10,19 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: book test bench params clean pdf screenshots vendor lint-workflow
+.PHONY: book chapter test bench params clean pdf screenshots vendor lint-workflow
 
 # Execute the notebooks whose inputs changed (papermill, parameters SEED and TRIALS) and
 # render _build/html; prints a timing table and the page to open.
 book: params $(STAMP)
 	@$(PY) tools/build.py --seed "$$SEED" --trials "$$TRIALS"
+
+# Re-execute one chapter alone, e.g. `make chapter NAME=04-experiment SEED=7`: writes
+# _build/chapter/NAME-seedSEED-trialsTRIALS.ipynb and leaves the book as it is (each
+# chapter's page says how long it took in the book's build).
+chapter: params $(STAMP)
+	@test -n "$(NAME)" || { echo "error: NAME must name a chapter, e.g. make chapter NAME=04-experiment SEED=7"; exit 2; }
+	@$(PY) tools/build.py --chapter "$(NAME)" --seed "$$SEED" --trials "$$TRIALS"
 
 # Run the whole test suite (library, notebooks pipeline, end-to-end build).
 test: $(STAMP)
@@ -29,15 +36,24 @@ bench: params $(STAMP)
 params:
 	@$(PYTHON) tools/build.py --check-params --seed "$$SEED" --trials "$$TRIALS"
 
-# Create .venv and install the project with its book and test extras; redone only when
-# pyproject.toml changes. pip's output is kept in .venv/pip.log and shown on failure.
-$(STAMP): pyproject.toml
+# Create .venv and install the project with its book and test extras, at the exact versions
+# of requirements-lock.txt (pip constraints); redone only when pyproject.toml or the lock
+# changes. pip's output is kept in .venv/pip.log and shown on failure.
+$(STAMP): pyproject.toml requirements-lock.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: Python 3.11+ required ($(PYTHON) is older)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing the project into $(VENV) (pip, log in $(VENV)/pip.log)..."
-	@$(PY) -m pip install -qq -e '.[book,test]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@$(PY) -m pip install -qq -c requirements-lock.txt -e '.[book,test]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@$(PY) -m ipykernel install --sys-prefix --name python3 > /dev/null
 	@touch $@
+
+# Rewrite requirements-lock.txt from .venv (after a dependency changed in pyproject.toml:
+# pip install the new one into .venv first); the provenance boxes link to it.
+.PHONY: lock
+lock: $(STAMP)
+	@{ sed -n '/^#/p' requirements-lock.txt; $(PY) -m pip freeze --exclude-editable; } > requirements-lock.txt.tmp
+	@mv requirements-lock.txt.tmp requirements-lock.txt
+	@echo "wrote requirements-lock.txt ($$(grep -vc '^#' requirements-lock.txt) distributions)"
 
 # Render the PDF with xelatex from the notebooks `make book` executed (none is executed
 # again); installs TeX with apt-get if missing (as root) and prints the PDF's path.
@@ -64,12 +80,13 @@ clean:
 MODELS_OUT ?= _build/models
 
 # Retrain the chapter-8 models from scratch into $(MODELS_OUT) (PyTorch CPU and Debian
-# fortunes; ~20 min on 2 cores, up to 90 min when shared), then check them against the committed ones:
-# the bits per byte of every model and language on models/heldout.json must be within
-# 0.02 bits/byte (absolute) of models/manifest.json, else the target fails. The committed
-# models/ is never written; to adopt a new run, copy $(MODELS_OUT)/* there by hand.
-# `make models-check` runs the check alone on $(MODELS_OUT); `make models-check
-# MODELS_OUT=models` checks the committed models themselves (differences 0).
+# fortunes; ~20 min on 2 cores, up to 90 min when shared), then check them against the
+# committed ones (specdec/data/models/, package data): the bits per byte of every model and
+# language on its heldout.json must be within 0.02 bits/byte (absolute) of its
+# manifest.json, else the target fails. The committed models are never written; to adopt
+# a new run, copy $(MODELS_OUT)/* there by hand. `make models-check` runs the check alone
+# on $(MODELS_OUT); `make models-check MODELS_OUT=specdec/data/models` checks the committed
+# models themselves (differences 0).
 .PHONY: models models-check
 models: $(STAMP)
 	@dpkg -s fortunes fortunes-min fortunes-it fortunes-es fortunes-zh > /dev/null 2>&1 || { apt-get update && apt-get install -y fortunes fortunes-min fortunes-it fortunes-es fortunes-zh; }

@@ -1,8 +1,8 @@
 """A small byte-level transformer in numpy: forward pass, KV cache, block scoring, rollback.
 
 This is the inference side of the real models of chapter 8. The weights are trained by
-``tools/train_models.py`` (PyTorch, ``make models``) and committed as ``models/*.npz``;
-nothing here needs PyTorch. The architecture is a pre-LayerNorm GPT:
+``tools/train_models.py`` (PyTorch, ``make models``) and committed as package data,
+``specdec/data/models/*.npz`` (so an installed copy has them); nothing here needs PyTorch. The architecture is a pre-LayerNorm GPT:
 
 * token embedding ``tok_emb`` (V, d) and learned positions ``pos_emb`` (context, d);
 * ``n_layers`` blocks ``x + proj(attn(ln1(x)))`` then ``x + out(gelu(fc(ln2(x))))``,
@@ -51,7 +51,8 @@ __all__ = [
     "bits_per_byte",
 ]
 
-MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+#: The committed chapter-8 models, shipped as package data (an installed copy has them).
+MODELS_DIR = Path(__file__).resolve().parent / "data" / "models"
 LANGUAGES = ("it", "en", "zh", "es")
 _F32 = np.float32
 _GELU_C = _F32(math.sqrt(2.0 / math.pi))
@@ -451,7 +452,7 @@ def bits_per_byte(model: Transformer, data: bytes | str, window: int | None = No
     The data is cut into consecutive non-overlapping windows of ``window`` bytes
     (default: the model context); inside each window every byte but the first is
     predicted from the bytes before it in the window. This is the definition used for
-    ``models/manifest.json``.
+    ``specdec/data/models/manifest.json``.
 
     Parameters
     ----------
@@ -492,7 +493,7 @@ def bits_per_byte(model: Transformer, data: bytes | str, window: int | None = No
 
 # ------------------------------------------------------------------------- loading
 def load_manifest(models_dir: str | Path | None = None) -> dict:
-    """The parsed ``models/manifest.json``."""
+    """The parsed ``specdec/data/models/manifest.json``."""
     path = Path(models_dir or MODELS_DIR) / "manifest.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `make models`")

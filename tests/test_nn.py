@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from specdec import nn
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "models"
+MODELS = ROOT / "specdec" / "data" / "models"
 HAVE_MODELS = (MODELS / "manifest.json").exists()
 needs_models = pytest.mark.skipif(not HAVE_MODELS, reason="models/ not built (make models)")
 

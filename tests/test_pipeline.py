@@ -63,6 +63,7 @@ def make_fixture_book(root: Path, names: list[str]) -> Path:
     for asset in (REPO / "book").iterdir():  # bibliography, favicon, images the config names
         if asset.is_file() and asset.suffix not in {".md", ".ipynb"}:
             shutil.copy(asset, root / "book" / asset.name)
+    shutil.copytree(REPO / "book" / "_static", root / "book" / "_static")  # the book's CSS
     shutil.copy(FIXTURES / "intro.md", root / "book" / "intro.md")
     for name in names:
         shutil.copy(FIXTURES / f"{name}.md", root / "notebooks" / f"{name}.md")
@@ -303,10 +304,10 @@ def test_incremental_execution_and_unchanged_rebuild(tmp_path):
     text = re.sub(r"<[^>]+>", "", page)
     assert "# Parameters" not in text and "seed = 1\n" not in text  # parameter cells hidden
     executed = json.loads((root / "book" / "chapters" / "ok.ipynb").read_text())
-    injected = [c for c in executed["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
-    assert len(injected) == 1 and "remove-cell" in injected[0]["metadata"]["tags"]
-    position = executed["cells"].index(injected[0])  # right after the tagged parameters cell
-    assert "parameters" in executed["cells"][position - 1]["metadata"]["tags"]
+    tags = [c["metadata"].get("tags", []) for c in executed["cells"]]
+    assert not any("injected-parameters" in t for t in tags)  # the values are in the cell
+    parameters = [c for c, t in zip(executed["cells"], tags) if "parameters" in t]
+    assert len(parameters) == 1 and "".join(parameters[0]["source"]) == "seed = 11\ntrials = 22"
     assert executed["metadata"]["specdec"]["parameters"] == {"seed": 11, "trials": 22}
     other = json.loads((root / "book" / "chapters" / "other.ipynb").read_text())
     assert "other ran with seed 11" in json.dumps(other)  # no `trials` in its parameters: fine
@@ -334,6 +335,78 @@ def test_incremental_execution_and_unchanged_rebuild(tmp_path):
     assert statuses(sixth) == {"ok": "executed", "other": "executed"}
     back = run_build(root, *params_for(7, 22), "--no-html")  # earlier runs stay cached
     assert statuses(back) == {"ok": "cached", "other": "cached"}
+
+
+def test_bake_parameters_writes_the_run_values_into_the_parameters_cell():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# x"),
+        nbformat.v4.new_code_cell("seed = 2026  # default\ntrials: int = 200_000\nother = 1",
+                                  metadata={"tags": ["parameters", "remove-cell"]}),
+        nbformat.v4.new_code_cell("seed = 7\ntrials = 5", metadata={"tags": ["injected-parameters"]}),
+        nbformat.v4.new_code_cell("print(seed)"),
+    ])
+    build.bake_parameters(nb, {"seed": 7, "trials": 1_000_000, "extra": "a"})
+    assert [c.source for c in nb.cells] == [
+        "# x", "seed = 7\ntrials = 1_000_000\nother = 1\nextra = 'a'", "print(seed)"]
+    assert nb.cells[1].metadata["tags"] == ["parameters", "remove-cell"]
+    plain = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    build.bake_parameters(plain, {"seed": 1})  # no parameters cell: nothing to write
+    assert [c.source for c in plain.cells] == ["x = 1"]
+
+
+@pytest.mark.slow
+def test_downloaded_notebook_reruns_with_an_edited_seed(tmp_path):
+    """The executed notebook a reader downloads (or opens in Binder/Colab) holds the values
+    it ran with, and running it again after editing its parameters cell uses the edit."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = make_fixture_book(tmp_path, ["ok"])
+    proc = run_build(root, "--seed", "11", "--trials", "22", "--no-html")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nb = nbformat.read(root / "book" / "chapters" / "ok.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert cell.source == "seed = 11\ntrials = 22"
+    cell.source = "seed = 12345\ntrials = 22"
+    NotebookClient(nb, kernel_name="python3", timeout=120,
+                   resources={"metadata": {"path": str(root / "notebooks")}}).execute()
+    shown = json.dumps([c.get("outputs") for c in nb.cells if c.cell_type == "code"])
+    assert "seed = `12345`" in shown and "seed = `11`" not in shown
+
+
+@pytest.mark.slow
+def test_make_chapter_executes_one_chapter_alone(tmp_path):
+    root = make_fixture_book(tmp_path, ["ok", "other"])
+    book = run_build(root)
+    assert book.returncode == 0, book.stdout + book.stderr
+    before = snapshot_tree(root / "book" / "chapters"), snapshot_tree(root / "_build" / "html")
+    proc = run_build(root, "--chapter", "ok", "--seed", "7", "--trials", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert statuses(proc) == {"ok": "executed"}
+    out = root / "_build" / "chapter" / "ok-seed7-trials3.ipynb"
+    assert f"open {out.relative_to(root)}" in proc.stdout and "the book is unchanged" in proc.stdout
+    executed = json.loads(out.read_text())
+    assert executed["metadata"]["specdec"]["parameters"] == {"seed": 7, "trials": 3}
+    assert "seed = `7`" in json.dumps(executed["cells"])
+    assert (snapshot_tree(root / "book" / "chapters"), snapshot_tree(root / "_build" / "html")) == before
+    again = run_build(root, "--chapter", "ok", "--seed", "7", "--trials", "3")
+    assert statuses(again) == {"ok": "cached"}
+    bad = run_build(root, "--chapter", "no-such-chapter")
+    assert bad.returncode == 2 and "NAME must be one of the chapters" in bad.stderr
+    assert "ok, other" in bad.stderr
+    page = (root / "_build" / "html" / "book" / "chapters" / "ok.html").read_text()
+    text = " ".join(re.sub(r"<[^>]+>", " ", page).split())
+    assert re.search(r"This chapter alone: make chapter NAME=ok SEED=&lt;int&gt; "
+                     r"\(its execution took \d+ s in this build\)", text), text[:2000]
+
+
+def test_make_chapter_target_passes_name_and_parameters():
+    text = (REPO / "Makefile").read_text()
+    rule = re.search(r"^chapter:.*?(?=^\S|\Z)", text, re.S | re.M).group(0)
+    assert "params" in rule.splitlines()[0]  # SEED/TRIALS validated first
+    assert '--chapter "$(NAME)"' in rule and '--seed "$$SEED"' in rule and '--trials "$$TRIALS"' in rule
 
 
 def test_execute_alone_is_read_from_the_front_matter(tmp_path):
@@ -515,3 +588,36 @@ def test_execution_is_deterministic_and_figures_are_svg(tmp_path):
     again = run_build(root, "--force", "--no-html")
     assert again.returncode == 0
     assert outputs() == before  # same bytes for figures, text and glue on a re-execution
+
+
+@pytest.mark.slow
+def test_an_installed_copy_runs_the_chapter_8_models(tmp_path):
+    """A non-editable install (what ``pip install git+...`` does in Colab) carries the
+    chapter-8 models as package data: it loads them and decodes with them, away from the
+    repository."""
+    src = snapshot.copy_sources(REPO, tmp_path / "src")
+    site = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                          "--target", str(site), str(src)], capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    shutil.rmtree(src)  # nothing may come from the source tree
+    script = (
+        "import numpy as np, specdec\n"
+        "from specdec import decode as dec, nn\n"
+        "print(specdec.__file__)\n"
+        "manifest = nn.load_manifest()\n"
+        "models = {name: nn.load_model(name) for name in manifest['models']}\n"
+        "held = nn.load_heldout()\n"
+        "prompt = held['it']['prompts'][0]\n"
+        "out = dec.speculative(models['target'], models['draft'], [prompt], 8, 3,\n"
+        "                      np.random.default_rng(0))\n"
+        "print(sorted(models), len(out.tokens[0]) > 0)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    where, loaded = proc.stdout.splitlines()
+    assert Path(where).is_relative_to(site), f"specdec imported from {where}, not the install"
+    assert loaded == "['draft', 'target', 'target_wide'] True"

@@ -9,7 +9,6 @@ what is missing, when TeX or Chromium is not installed; .ci/run installs both.
 
 from __future__ import annotations
 
-import html.parser
 import json
 import os
 import re
@@ -18,10 +17,12 @@ import subprocess
 import sys
 import tomllib
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from bs4 import BeautifulSoup
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "publishing"
@@ -39,74 +40,37 @@ CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]+")
 # --------------------------------------------------------------------------- helpers
 
 
-class _Collect(html.parser.HTMLParser):
-    """Resources a page loads (scripts, styles, images, frames...) and text by class."""
-
-    LOADS = {("script", "src"), ("img", "src"), ("iframe", "src"), ("source", "src"),
-             ("video", "src"), ("audio", "src"), ("embed", "src"), ("object", "data"),
-             ("input", "src")}
-    LINK_RELS = {"stylesheet", "icon", "shortcut", "preload", "modulepreload", "prefetch",
-                 "manifest", "apple-touch-icon", "preconnect", "dns-prefetch"}
-
-    def __init__(self):
-        super().__init__()
-        self.resources: list[str] = []
-        self.text: list[str] = []
-        self.glued: list[str] = []
-        self.headings: list[str] = []
-        self._stack: list[str | None] = []
-        self._heading: list[str] | None = None
-        self._anchored = False
-        self._skip = 0
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        for t, a in self.LOADS:
-            if tag == t and attrs.get(a):
-                self.resources.append(attrs[a])
-        if tag == "link" and attrs.get("href"):
-            rels = set((attrs.get("rel") or "").lower().split())
-            if rels & self.LINK_RELS:
-                self.resources.append(attrs["href"])
-        if tag in ("script", "style"):
-            self._skip += 1
-        classes = (attrs.get("class") or "").split()
-        self._stack.append("glue" if "pasted-text" in classes else None)
-        if tag in ("h1", "h2", "h3"):
-            self._heading, self._anchored = [], False
-        if tag == "a" and "headerlink" in classes:
-            self._skip += 1
-            self._stack[-1] = "headerlink"
-            self._anchored = True
-        if tag in ("img", "iframe"):
-            self._stack.pop()
-
-    def handle_endtag(self, tag):
-        if tag in ("script", "style"):
-            self._skip = max(0, self._skip - 1)
-        if self._stack:
-            kind = self._stack.pop()
-            if kind == "headerlink":
-                self._skip = max(0, self._skip - 1)
-        if tag in ("h1", "h2", "h3") and self._heading is not None:
-            if self._anchored:  # a content heading (the theme repeats the title without one)
-                self.headings.append(" ".join("".join(self._heading).split()))
-            self._heading = None
-
-    def handle_data(self, data):
-        if self._skip:
-            return
-        self.text.append(data)
-        if "glue" in self._stack:
-            self.glued.append(data.strip())
-        if self._heading is not None:
-            self._heading.append(data)
+LOADS = {"script": "src", "img": "src", "iframe": "src", "source": "src", "video": "src",
+         "audio": "src", "embed": "src", "object": "data", "input": "src"}
+LINK_RELS = {"stylesheet", "icon", "shortcut", "preload", "modulepreload", "prefetch",
+             "manifest", "apple-touch-icon", "preconnect", "dns-prefetch"}
 
 
-def parse_html(path: Path) -> _Collect:
-    parser = _Collect()
-    parser.feed(path.read_text(encoding="utf-8"))
-    return parser
+@dataclass(frozen=True)
+class Page:
+    """What the tests read from a rendered page."""
+
+    soup: BeautifulSoup
+    resources: list[str]   # URLs the page loads (scripts, styles, images, frames...)
+    text: list[str]        # visible text, without scripts, styles and headerlinks
+    glued: list[str]       # text of glued values (myst-nb ``pasted-text``)
+    headings: list[str]    # content headings h1-h3 (those with a permalink)
+
+
+def parse_html(path: Path) -> Page:
+    soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+    resources = [el[attr] for tag, attr in LOADS.items() for el in soup.find_all(tag)
+                 if el.get(attr)]
+    resources += [el["href"] for el in soup.find_all("link", href=True)
+                  if {r.lower() for r in el.get("rel", [])} & LINK_RELS]
+    for el in soup.find_all(["script", "style"]):
+        el.decompose()
+    headings = [h for h in soup.find_all(["h1", "h2", "h3"]) if h.find("a", class_="headerlink")]
+    for link in soup.find_all("a", class_="headerlink"):
+        link.decompose()
+    return Page(soup=soup, resources=resources, text=list(soup.stripped_strings),
+                glued=[el.get_text().strip() for el in soup.find_all(class_="pasted-text")],
+                headings=[" ".join(h.get_text().split()) for h in headings])
 
 
 def is_external(url: str) -> bool:
@@ -156,6 +120,7 @@ def book(tmp_path_factory) -> Path:
     shutil.copy(REPO / "_config.yml", root / "_config.yml")
     for page in ("references.bib", "bibliography.md", "citing.md", "changelog.md", "favicon.svg"):
         shutil.copy(REPO / "book" / page, root / "book" / page)
+    shutil.copytree(REPO / "book" / "_static", root / "book" / "_static")
     shutil.copytree(TOOLS / "latex", root / "tools" / "latex")
     proc = run([sys.executable, str(TOOLS / "build.py"), "--root", str(root),
                 "--seed", "2026", "--trials", "200000"], cwd=root)
@@ -241,16 +206,71 @@ def test_browser_typesets_math_offline_without_console_errors(browser_reports):
 # --------------------------------------------------------------------------- chapters and pages
 
 
-def test_chapters_have_launch_download_and_provenance(html_dir):
+def test_chapters_have_download_and_provenance_and_no_placeholder_launch(html_dir):
     page = (html_dir / "book" / "chapters" / "01-demo.html").read_text(encoding="utf-8")
-    assert "https://mybinder.org/v2/gh/specdec-book/specdec-book/book?urlpath=lab/tree/book/chapters/01-demo.ipynb" in page
-    assert "https://colab.research.google.com/github/specdec-book/specdec-book/blob/book/book/chapters/01-demo.ipynb" in page
+    # The repository address is a placeholder (_config.yml): no Binder/Colab buttons to it.
+    assert yaml.safe_load((REPO / "_config.yml").read_text())["sphinx"]["config"][
+        "specdec_repository_placeholder"] is True
+    assert "mybinder.org" not in page and "colab.research.google.com" not in page
     assert '_sources/book/chapters/01-demo.ipynb"' in page
     assert '_sources/notebooks/01-demo.md"' in page
     assert (html_dir / "_sources" / "notebooks" / "01-demo.md").read_text() == \
         (FIXTURE / "notebooks" / "01-demo.md").read_text()
     assert "Provenance of this page" in page and "specdec " in page
     assert "sphinx-thebe" not in page and "unpkg.com" not in page
+    box = parse_html(html_dir / "book" / "chapters" / "01-demo.html").soup.select_one(
+        "div.provenance")
+    lock = box.find("a", href="../../requirements-lock.txt")
+    assert lock is not None and lock.get_text() == "requirements-lock.txt"
+    assert (html_dir / "requirements-lock.txt").read_text() == \
+        (REPO / "requirements-lock.txt").read_text()
+
+
+def test_launch_buttons_are_dropped_only_for_a_placeholder_address():
+    import book_ext
+
+    class App:
+        class config:
+            specdec_repository_placeholder = True
+
+    groups = [{"label": "launch-buttons"}, {"label": "download-buttons"}]
+    context = {"header_buttons": list(groups)}
+    book_ext.drop_placeholder_launch_buttons(App, "x", None, context, None)
+    assert context["header_buttons"] == [{"label": "download-buttons"}]
+    App.config.specdec_repository_placeholder = False
+    context = {"header_buttons": list(groups)}
+    book_ext.drop_placeholder_launch_buttons(App, "x", None, context, None)
+    assert context["header_buttons"] == groups
+
+
+def test_citing_page_marks_the_placeholder_address(html_dir):
+    page = parse_html(html_dir / "book" / "citing.html")
+    text = " ".join(page.text)
+    assert "are placeholders" in text
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    repo = config["repository"]["url"]
+    owner, name = repo.removeprefix("https://github.com/").split("/")
+    site = f"https://{owner}.github.io/{name}/"
+    bibtex = [pre.get_text() for pre in page.soup.select("div.highlight-bibtex pre")]
+    assert len(bibtex) == 2 and f"url       = {{{site}}}" in bibtex[0] and repo in bibtex[0]
+    assert f"{{{site}book/chapters/02-mass.html#sec-mass-rule}}" in bibtex[1]
+    assert "@" + "BOOK_URL@" not in " ".join(bibtex)
+    # the opening quote before the section title is an opening quote
+    assert "(\u201c" in text.replace(" ", "") or "\u201c" in text
+
+
+def test_repository_address_is_one_setting():
+    """Only _config.yml holds the address; pages use its placeholders; CITATION.cff agrees."""
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    repo = config["repository"]["url"]
+    owner, name = repo.removeprefix("https://github.com/").split("/")
+    site = f"https://{owner}.github.io/{name}/"
+    pages = list((REPO / "book").glob("*.md")) + list((REPO / "notebooks").glob("*.md"))
+    written = [p.name for p in pages if repo in p.read_text() or site in p.read_text()]
+    assert written == [], "write @REPOSITORY_URL@ / @BOOK_URL@ instead of the address"
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["repository-code"] == repo and cff["url"] == site
+    assert cff["preferred-citation"]["url"] == site
 
 
 def test_execution_statistics_page_lists_every_chapter(html_dir, book):
@@ -519,3 +539,208 @@ def test_real_book_pdf_has_the_html_numbers_and_chinese_text():
                  if norm(r) not in flat]
     assert missing == [], f"glued numbers of the HTML not in the PDF: {missing}"
     assert lost == [], f"Chinese text of the HTML not in the PDF: {lost}"
+
+
+def _chapter_pages(html: Path) -> list[Path]:
+    return sorted((html / "book" / "chapters").glob("*.html"))
+
+
+def _shown_text(page: Page) -> str:
+    """What a reader reads on a page other than code: prose, glued values, outputs and
+    tables (cell inputs and literal code in the prose are left out)."""
+    soup = BeautifulSoup(str(page.soup), "html.parser")
+    for el in soup.select("div.cell_input, div.highlight-ipython3, div.highlight-python, "
+                          "div.highlight-bash, div.highlight-bibtex, code"):
+        el.decompose()
+    main = soup.find("main") or soup
+    return " ".join(main.get_text(" ").split())
+
+
+# Python representations that must never reach a reader: numpy scalar reprs, dataclass
+# reprs, floats printed with all their binary digits, and a bare None.
+RAW_REPRS = {
+    "numpy scalar repr": re.compile(r"\bnp\.(?:float|int|bool|uint)\w*\("),
+    "dataclass repr": re.compile(r"\b[A-Z][A-Za-z]+\((?:[a-z_]+=)"),
+    "float with binary noise": re.compile(r"\d\.\d*(?:0{6,}|9{6,})\d+\b|\d\.\d{13,}"),
+    "None shown as a value": re.compile(r"(?<![\w`])None\b"),
+}
+
+
+def raw_reprs(text: str) -> list[str]:
+    found = []
+    for kind, pattern in RAW_REPRS.items():
+        for m in pattern.finditer(text):
+            found.append(f"{kind}: ...{text[max(0, m.start() - 40):m.end() + 40]}...")
+    return found
+
+
+def test_raw_repr_scan_catches_what_it_must():
+    for bad in ("E = 3.0588189999999997", "np.float64(0.0444)", "BestGamma(gamma=6, speedup=2.3)",
+                "residual 1.3877787807814457e-17", "top-k None", "0.30000000000000004"):
+        assert raw_reprs(bad), bad
+    for fine in ("E = 3.058819", "S ≈ 2.353", "p-value 1.2 × 10⁻⁵", "Table 6.1", "None of the "
+                 "variants", "TV = 0.1500", "seed 20260923", "Section 2.1 (Leviathan et al.)"):
+        assert raw_reprs(fine) == [], fine
+
+
+@pytest.mark.slow
+def test_real_book_pages_show_no_raw_reprs(whole_book):
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    found = {}
+    for html in _chapter_pages(whole_book.html):
+        bad = raw_reprs(_shown_text(parse_html(html)))
+        if bad:
+            found[html.stem] = bad
+    assert found == {}
+
+
+@pytest.mark.slow
+def test_real_book_tables_have_numbered_captions(whole_book):
+    """Every table of a chapter or appendix is numbered and captioned, so it can be cited."""
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    uncaptioned, counted = [], 0
+    for html in _chapter_pages(whole_book.html):
+        for table in parse_html(html).soup.select("main table"):
+            counted += 1
+            caption = table.find("caption")
+            number = caption.find(class_="caption-number") if caption else None
+            if number is None or not re.match(r"^Table (\d+|[A-Z])?\.?\d+", number.get_text()):
+                head = " ".join(table.get_text(" ").split())[:80]
+                uncaptioned.append(f"{html.stem}: {head}")
+    assert counted >= 20
+    assert uncaptioned == []
+
+
+FIGURE_LIMIT = 500_000         # bytes, every figure of every chapter (SVG in the HTML)
+NOTEBOOK_LIMIT = 3_000_000     # bytes, every executed notebook (what a reader downloads)
+
+
+def oversized(chapters: Path) -> list[str]:
+    """Executed notebooks and figures over the limits."""
+    found = []
+    for nb_path in sorted(chapters.glob("*.ipynb")):
+        size = nb_path.stat().st_size
+        if size > NOTEBOOK_LIMIT:
+            found.append(f"{nb_path.name}: {size:,} bytes")
+        for cell in json.loads(nb_path.read_text(encoding="utf-8"))["cells"]:
+            for output in cell.get("outputs", []):
+                for mime, data in output.get("data", {}).items():
+                    if mime.startswith("image/") or mime == "application/pdf":
+                        n = len("".join(data) if isinstance(data, list) else data)
+                        if n > FIGURE_LIMIT:
+                            found.append(f"{nb_path.name}: a {mime} figure of {n:,} bytes")
+    return found
+
+
+@pytest.mark.slow
+def test_real_book_figures_and_notebooks_are_light(whole_book):
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    assert oversized(whole_book.root / "book" / "chapters") == []
+    svgs = [(p.stat().st_size, p.name) for p in (whole_book.html / "_images").glob("*.svg")]
+    assert svgs and max(svgs)[0] <= FIGURE_LIMIT, max(svgs)
+
+
+@pytest.mark.slow
+def test_real_book_pages_fit_the_column(whole_book):
+    """Nothing on a chapter page is wider than the text column: code, outputs, tables,
+    figures and formulas (measured in Chromium at a desktop width)."""
+    if browser.find_chromium() is None:
+        pytest.skip("Chromium not installed (Debian: apt-get install chromium)")
+    pages = [p.relative_to(whole_book.html).as_posix() for p in _chapter_pages(whole_book.html)]
+    reports = browser.inspect_pages(whole_book.html, ["book/intro.html", "book/citing.html",
+                                                      *pages])
+    wide = {r.url: [f"{o['kind']} {o['where']} {o['width']}px/{o['box']}px: {o['text']}"
+                    for o in r.overflows] for r in reports if r.overflows}
+    assert wide == {}
+
+
+@pytest.mark.slow
+def test_real_book_permalinks_are_the_labels(whole_book):
+    """The # link next to a labelled heading is the label, and the index of labels lists
+    every label with a working link."""
+    page = parse_html(whole_book.html / "book" / "chapters" / "02-mass.html")
+    section = page.soup.find(id="sec-mass-rule")
+    assert section is not None and section.name == "section"
+    html = (whole_book.html / "book" / "chapters" / "02-mass.html").read_text(encoding="utf-8")
+    assert 'href="#sec-mass-rule"' in html and 'class="headerlink"' in html
+    index = parse_html(whole_book.html / "book" / "labels.html")
+    rows = index.soup.select("main table tbody tr")
+    labels = [r.find("code").get_text() for r in rows]
+    assert "sec-mass-rule" in labels and "ch-contract" in labels and len(labels) >= 40
+    for row in rows:
+        href = row.find("a", class_="reference")["href"]
+        target, _, anchor = href.partition("#")
+        assert anchor == row.find("code").get_text() or not anchor, href
+        assert (whole_book.html / "book" / target).exists(), href
+
+
+# --------------------------------------------------------------------------- sources and locks
+
+
+def _bib_entries() -> dict[str, str]:
+    text = (REPO / "book" / "references.bib").read_text(encoding="utf-8")
+    return {m.group(1): m.group(2) for m in
+            re.finditer(r"^@\w+\{([^,]+),\n(.*?)^\}", text, re.S | re.M)}
+
+
+def test_the_source_article_is_cited_with_its_scope():
+    entry = _bib_entries()["article2026dosgarantias"]
+    for fact in ("Dos garantías que debemos separar", "Inferencia de IA", "year         = {2026}",
+                 "day          = {24}", "Spanish", "AI assistance", "human scientific review",
+                 "no LLM, GPU or service", "evaluation criterion"):
+        assert fact in " ".join(entry.split()) or fact in entry, fact
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    assert "{cite:p}`article2026dosgarantias`" in intro and "24 September" in intro
+    for fact in ("didactic and analytical", "prepared with AI assistance", "no human",
+                 "measured no LLM, no GPU and no service", "evaluation criterion",
+                 "not the announcement"):
+        assert fact in " ".join(intro.split()), fact
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text(encoding="utf-8"))
+    assert any(r["title"] == "Dos garantías que debemos separar" for r in cff["references"])
+
+
+def test_every_cited_work_has_authors_and_is_cited():
+    entries = _bib_entries()
+    sources = [p.read_text(encoding="utf-8") for p in
+               [*(REPO / "book").glob("*.md"), *(REPO / "notebooks").glob("*.md")]]
+    cited = set()
+    for text in sources:
+        for keys in re.findall(r"\{cite(?::[a-z]+)?\}`([^`]+)`", text):
+            cited |= {k.strip() for k in keys.split(",")}
+    assert cited <= set(entries), f"cited but not in references.bib: {cited - set(entries)}"
+    assert set(entries) <= cited, f"in references.bib but cited nowhere: {set(entries) - cited}"
+    for key, body in entries.items():
+        assert re.search(r"^\s*author\s*=", body, re.M), f"{key} has no author"
+    assert "Zhang, Jiebin" in entries["learningtodraft2026"]
+
+
+def _lock() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "requirements-lock.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"requirements-lock.txt: {line!r} is not name==version"
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version.strip()
+    return pins
+
+
+def test_lock_file_pins_every_requirement_at_the_installed_version():
+    import importlib.metadata
+
+    pins = _lock()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values()
+                                          for r in extra)]
+    missing = [r for r in wanted if _requirement_key(r)[0] not in pins]
+    assert missing == [], f"not in requirements-lock.txt (run `make lock`): {missing}"
+    differ = []
+    for name, version in pins.items():
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if installed != version:
+            differ.append(f"{name} {installed} installed, {version} locked")
+    assert differ == [], f"run `make lock` (or reinstall .venv): {differ}"
+    makefile = (REPO / "Makefile").read_text()
+    assert "pip install -qq -c requirements-lock.txt" in makefile

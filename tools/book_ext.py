@@ -7,6 +7,21 @@
 * HTML: without thebe (``launch_buttons.thebe: false``), the sphinx-thebe scripts are
   left out of the pages: they only declare a CDN address, twice, which is a JavaScript
   error in the console of every page.
+* HTML and PDF: the note at the top of every chapter ("This page was executed with seed
+  ...") gets the command that re-executes that chapter alone and how long its execution
+  took in this build (``metadata.specdec.seconds``, written by tools/build.py).
+* HTML and PDF: the provenance box that closes every chapter names the lock file of the
+  exact versions of the environment (``requirements-lock.txt`` at the root of the
+  repository, published next to the HTML pages and linked from the box).
+* The repository address is one setting, ``repository.url`` in _config.yml. Pages write
+  ``@REPOSITORY_URL@`` and ``@BOOK_URL@`` (the GitHub Pages address derived from it) and
+  ``@PLACEHOLDER_NOTE@``; they are replaced before parsing, code blocks included. While
+  ``specdec_repository_placeholder`` is true (the address is not yet a published
+  repository), the note says so and chapter pages get no Binder/Colab launch buttons
+  (they would open a repository that does not exist).
+* Heading permalinks: a section with an explicit label (``(sec-mass-rule)=``) has the
+  label as its first id, so the ``#`` link next to its heading is ``#sec-mass-rule``, the
+  address the citing page tells readers to use, not one made from the heading's words.
 * PDF: the same numbering as the HTML. The HTML numbers only the documents of the
   ``numbered`` part of _toc.yml; LaTeX would number every chapter. From the first
   unnumbered document after a numbered one on (the appendices), LaTeX numbering is
@@ -22,18 +37,26 @@ from pathlib import Path
 SOURCES_DIR = "_sources/notebooks"
 
 
-def _chapter_source(app, pagename: str) -> Path | None:
+RUN_NOTE = "This page was executed with"  # specdec.book.provenance.run_parameters_markdown
+
+
+def _build_metadata(app, pagename: str) -> dict:
+    """``metadata.specdec`` of an executed chapter notebook (tools/build.py), or {}."""
     try:
         path = Path(app.env.doc2path(pagename))
     except Exception:
-        return None
+        return {}
     if path.suffix != ".ipynb" or not path.exists():
-        return None
+        return {}
     try:
         meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
     except (OSError, ValueError):
-        return None
-    rel = meta.get("specdec", {}).get("source")
+        return {}
+    return meta.get("specdec", {}) or {}
+
+
+def _chapter_source(app, pagename: str) -> Path | None:
+    rel = _build_metadata(app, pagename).get("source")
     if not rel:
         return None
     source = Path(app.confdir) / rel
@@ -83,6 +106,101 @@ def drop_thebe(app, pagename, templatename, context, doctree):
                             if not str(getattr(css, "filename", css)).endswith("sphinx-thebe.css")]
 
 
+def rerun_one_chapter(app, doctree):
+    """Add to a chapter's run note the ``make chapter`` command and this build's time."""
+    from docutils import nodes
+
+    meta = _build_metadata(app, app.env.docname)
+    source, seconds = meta.get("source"), meta.get("seconds")
+    if not source or seconds is None:
+        return
+    name = Path(source).stem
+    for note in doctree.findall(nodes.Admonition):
+        if RUN_NOTE not in note.astext():
+            continue
+        minutes = f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        note += nodes.paragraph("", "", nodes.Text("This chapter alone: "),
+                                nodes.literal(text=f"make chapter NAME={name} SEED=<int>"),
+                                nodes.Text(f" (its execution took {minutes} in this build)."))
+        return
+
+
+LOCK_FILE = "requirements-lock.txt"  # exact versions (make lock), next to _config.yml
+
+
+def link_lock_file(app, doctree):
+    """Append to a chapter's provenance box where the exact versions are."""
+    from docutils import nodes
+
+    if not (Path(app.confdir) / LOCK_FILE).is_file():
+        return
+    for box in doctree.findall(nodes.Admonition):
+        if "provenance" not in box.get("classes", []):
+            continue
+        if app.builder.format == "html":
+            up = "../" * app.env.docname.count("/")
+            name = nodes.reference("", "", nodes.literal(text=LOCK_FILE), refuri=up + LOCK_FILE)
+        else:
+            name = nodes.literal(text=LOCK_FILE)
+        box += nodes.paragraph("", "", nodes.Text("Exact versions of every package of this "
+                                                  "environment: "), name,
+                               nodes.Text(" (in the repository; pip install -c it)."))
+
+
+def publish_lock_file(app, exception):
+    """Copy the lock file next to the HTML pages (the provenance boxes link to it)."""
+    source = Path(app.confdir) / LOCK_FILE
+    if exception is None and app.builder.format == "html" and source.is_file():
+        shutil.copyfile(source, Path(app.outdir) / LOCK_FILE)
+
+
+PLACEHOLDER_NOTE = """:::{important}
+The repository and web addresses on this page are placeholders: this version of the book
+has not been published at them yet. Until it is, cite the book by title, version and the
+commit named in a chapter's provenance box.
+:::"""
+
+
+def repository_urls(app) -> tuple[str, str]:
+    """(repository address, address of the published pages) from ``repository.url``."""
+    repo = (app.config.html_theme_options or {}).get("repository_url", "").rstrip("/")
+    parts = repo.split("github.com/", 1)[-1].split("/") if "github.com/" in repo else []
+    site = f"https://{parts[0]}.github.io/{parts[1]}/" if len(parts) >= 2 else repo + "/"
+    return repo, site
+
+
+def substitute_addresses(app, docname, source):
+    """Write the repository setting into every page, code blocks included."""
+    text = source[0]
+    if "@" not in text:
+        return
+    repo, site = repository_urls(app)
+    note = PLACEHOLDER_NOTE if app.config.specdec_repository_placeholder else ""
+    source[0] = (text.replace("@REPOSITORY_URL@", repo).replace("@BOOK_URL@", site)
+                 .replace("@PLACEHOLDER_NOTE@", note))
+
+
+def drop_placeholder_launch_buttons(app, pagename, templatename, context, doctree):
+    """No Binder/Colab buttons while the repository address is a placeholder."""
+    if not app.config.specdec_repository_placeholder:
+        return
+    context["header_buttons"] = [group for group in context.get("header_buttons", [])
+                                 if group.get("label") != "launch-buttons"]
+
+
+def labels_as_permalinks(app, doctree):
+    """Put a section's explicit label first among its ids (the headerlink uses ids[0])."""
+    from docutils import nodes
+
+    for section in doctree.findall(nodes.section):
+        labels = [doctree.nameids.get(name) for name in section["names"]
+                  if doctree.nametypes.get(name)]
+        labels = [i for i in labels if i and i in section["ids"]]
+        if labels and section["ids"][0] != labels[0]:
+            section["ids"].remove(labels[0])
+            section["ids"].insert(0, labels[0])
+
+
 def unnumbered_appendices(app, doctree, docname):
     """In the assembled LaTeX document, stop numbering at the first unnumbered chapter."""
     if app.builder.name != "latex":
@@ -102,6 +220,13 @@ def unnumbered_appendices(app, doctree, docname):
 
 
 def setup(app):
+    app.add_config_value("specdec_repository_placeholder", True, "env", [bool])
+    app.connect("source-read", substitute_addresses)
+    app.connect("doctree-read", labels_as_permalinks, priority=100)  # before the toc collector
+    app.connect("doctree-read", rerun_one_chapter)
+    app.connect("doctree-read", link_lock_file)
+    app.connect("build-finished", publish_lock_file)
+    app.connect("html-page-context", drop_placeholder_launch_buttons, priority=900)
     app.connect("doctree-resolved", unnumbered_appendices)
     app.connect("html-page-context", drop_thebe, priority=900)
     # After sphinx-book-theme's handlers (default priority 500) built the buttons.

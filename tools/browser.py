@@ -4,9 +4,9 @@ protocol through a pipe (``--remote-debugging-pipe``), standard library only.
 
     python tools/browser.py [--html _build/html] [--out _build/screenshots] [PAGE ...]
 
-writes a PNG screenshot of each page (default: the landing page and every chapter) and
-prints, for each, the typeset formulas, console errors and any request that left the
-machine. ``make screenshots`` runs it; tests/test_publishing.py uses :func:`inspect_pages`.
+writes a PNG screenshot of each page (default: the landing page and every chapter; with
+``--full`` the whole page) and prints, for each, the typeset formulas, console errors, any
+request that left the machine and anything wider than the text column. ``make screenshots`` runs it; tests/test_publishing.py uses :func:`inspect_pages`.
 
 The pages are served on 127.0.0.1 by a throwaway HTTP server (as on GitHub Pages, and
 because Chromium refuses web fonts such as MathJax's over ``file://``). Chromium runs with
@@ -54,6 +54,45 @@ new Promise((resolve) => {
 """
 
 
+# What does not fit the text column: code blocks and outputs whose lines are wider than
+# their box (they scroll), tables, figures and formulas wider than the article.
+OVERFLOWS = """
+(() => {
+  const main = document.querySelector('main article') || document.querySelector('article')
+    || document.body;
+  const limit = main.getBoundingClientRect().right + 1;
+  const out = [];
+  const where = (el) => {
+    const s = el.closest('section[id]');
+    return s ? '#' + s.id : '';
+  };
+  const text = (el) => (el.innerText || el.textContent || '').trim().split('\\n')[0].slice(0, 80);
+  for (const el of main.querySelectorAll('pre')) {
+    if (el.scrollWidth > el.clientWidth + 1) {
+      const longest = (el.innerText || '').split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
+      out.push({kind: 'code', where: where(el), width: el.scrollWidth, box: el.clientWidth,
+                text: longest.slice(0, 120)});
+    }
+  }
+  for (const el of main.querySelectorAll('table, img, svg, mjx-container[display="true"]')) {
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > limit) {
+      out.push({kind: el.tagName.toLowerCase(), where: where(el), width: Math.round(r.width),
+                box: Math.round(main.getBoundingClientRect().width), text: text(el)});
+    }
+  }
+  const wrappers = main.querySelectorAll('.table-wrapper, .pst-scrollable-table-container, .output');
+  for (const el of wrappers) {
+    if (el.scrollWidth > el.clientWidth + 1) {
+      out.push({kind: 'scroll', where: where(el), width: el.scrollWidth, box: el.clientWidth,
+                text: text(el)});
+    }
+  }
+  return out;
+})()
+"""
+
+
 def find_chromium() -> str | None:
     """Path of a Chromium/Chrome executable, or None."""
     for name in CANDIDATES:
@@ -73,6 +112,7 @@ class PageReport:
     requests: list[str] = field(default_factory=list)  # every URL the page requested
     screenshot: bytes | None = None
     final_url: str = ""  # after redirects
+    overflows: list[dict] = field(default_factory=list)  # what is wider than the column
 
     def external_requests(self, origin: str) -> list[str]:
         return [u for u in self.requests
@@ -173,8 +213,12 @@ class Browser:
 
     # -- pages --------------------------------------------------------------------------
     def inspect(self, url: str, *, width: int = 1280, height: int = 900,
-                screenshot: bool = False, mathjax_wait_ms: int = 15000) -> PageReport:
-        """Load ``url`` in a fresh tab, wait for MathJax, collect what happened."""
+                screenshot: bool = False, full_page: bool = False,
+                mathjax_wait_ms: int = 15000) -> PageReport:
+        """Load ``url`` in a fresh tab, wait for MathJax, collect what happened.
+
+        ``full_page`` screenshots the whole page rather than the first screen.
+        """
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
@@ -201,8 +245,17 @@ class Browser:
         report.final_url = where.get("result", {}).get("value", url)
         time.sleep(0.3)  # late fonts and console messages
         self.send("Runtime.evaluate", {"expression": "1"}, session=session)
+        found = self.send("Runtime.evaluate", {"expression": OVERFLOWS, "returnByValue": True},
+                          session=session)
+        report.overflows = found.get("result", {}).get("value") or []
         if screenshot:
-            shot = self.send("Page.captureScreenshot", {"format": "png"}, session=session)
+            params = {"format": "png"}
+            if full_page:
+                size = self.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
+                params.update(captureBeyondViewport=True, clip={
+                    "x": 0, "y": 0, "width": width, "height": min(size["height"], 30000),
+                    "scale": 1})
+            shot = self.send("Page.captureScreenshot", params, session=session)
             report.screenshot = base64.b64decode(shot["data"])
         for event in self.events:
             if event.get("sessionId") != session:
@@ -248,12 +301,14 @@ class Browser:
         self.close()
 
 
-def inspect_pages(html_dir: Path, pages: list[str], *, screenshots: bool = False) -> list[PageReport]:
+def inspect_pages(html_dir: Path, pages: list[str], *, screenshots: bool = False,
+                  full_page: bool = False) -> list[PageReport]:
     """Serve ``html_dir`` and inspect each page (paths relative to it) in one browser."""
     with serve(html_dir) as origin, Browser() as browser:
         reports = []
         for page in pages:
-            report = browser.inspect(f"{origin}/{page}", screenshot=screenshots)
+            report = browser.inspect(f"{origin}/{page}", screenshot=screenshots,
+                                     full_page=full_page)
             report.url = page
             report.final_url = report.final_url.replace(origin + "/", "")
             report.requests = [u.replace(origin, "") if u.startswith(origin) else u
@@ -272,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pages", nargs="*", help="pages relative to the HTML root")
     parser.add_argument("--html", default=str(REPO / "_build" / "html"))
     parser.add_argument("--out", default=str(REPO / "_build" / "screenshots"))
+    parser.add_argument("--full", action="store_true", help="whole pages, not the first screen")
     args = parser.parse_args(argv)
     html, out = Path(args.html), Path(args.out)
     if not (html / "index.html").exists():
@@ -283,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     status = 0
-    for report in inspect_pages(html, args.pages or default_pages(html), screenshots=True):
+    for report in inspect_pages(html, args.pages or default_pages(html), screenshots=True,
+                                full_page=args.full):
         png = out / (report.url.replace("/", "_").removesuffix(".html") + ".png")
         png.write_bytes(report.screenshot or b"")
         external = [u for u in report.requests if u.startswith(("http:", "https:"))]
@@ -292,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in report.console_errors + [f"external request: {u}" for u in external]:
             print(f"    {line}")
             status = 1
+        for item in report.overflows:
+            print(f"    wider than the column: {item['kind']} {item['where']} "
+                  f"({item['width']} px in {item['box']} px): {item['text']}")
     return status
 
 

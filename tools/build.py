@@ -16,6 +16,12 @@ Data flow (one direction, nothing flows back)::
 * When the HTML is rebuilt: when the fingerprint of everything Jupyter Book reads (the
   executed notebooks, ``book/``, ``_config.yml``, ``_toc.yml``, the tools the rendering
   uses, ``pyproject.toml``) differs from the one stored with the current ``_build/html``.
+* One chapter alone (``--chapter NAME``, ``make chapter``): executes that chapter only, at
+  the given parameters, into ``_build/chapter/``; ``book/chapters`` and the HTML are not
+  touched.
+* What a reader downloads: the executed notebook's ``parameters`` cell holds the values it
+  ran with and papermill's injected cell is removed (:func:`bake_parameters`), so an
+  edited seed takes effect when the notebook is run again.
 * A failure publishes nothing: ``book/chapters`` is updated only when every notebook
   succeeded, and the HTML is built in a staging directory and renamed into place only when
   Sphinx finished without a single warning.
@@ -48,7 +54,7 @@ TRIALS_MAX = 50_000_000
 FINGERPRINT_VERSION = "specdec-book-build/1"
 # Files of tools/ that the rendering reads (Sphinx extension, generated inputs, LaTeX
 # files): a change to one of them rebuilds the HTML, never re-executes a notebook.
-RENDER_TOOLS = ("build.py", "book_ext.py", "execution_stats.py", "vendor.py", "latex")
+RENDER_TOOLS = ("build.py", "book_ext.py", "execution_stats.py", "labels.py", "vendor.py", "latex")
 KEEP_PER_NOTEBOOK = 4  # cached executions kept per notebook (e.g. a few seeds)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -199,7 +205,7 @@ def notebook_fingerprint(source: Path, shared: str) -> str:
 
 def book_fingerprint(layout: Layout) -> str:
     """Everything Jupyter Book reads: config, toc, book/ (including the executed notebooks),
-    the tools the rendering uses (RENDER_TOOLS) and pyproject.toml (package versions)."""
+    the tools the rendering uses (RENDER_TOOLS), pyproject.toml and requirements-lock.txt."""
     h = hashlib.sha256(FINGERPRINT_VERSION.encode())
     for path in (layout.config, layout.toc):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -208,8 +214,9 @@ def book_fingerprint(layout: Layout) -> str:
         h.update(b"chapters\0" + tree_digest(layout.chapters).encode())
     for name in RENDER_TOOLS:
         h.update(name.encode() + b"\0" + tree_digest(TOOLS / name).encode())
-    pyproject = layout.root / "pyproject.toml"
-    h.update(b"pyproject\0" + (pyproject.read_bytes() if pyproject.exists() else b"-"))
+    for name in ("pyproject.toml", "requirements-lock.txt"):  # versions; the lock is published
+        path = layout.root / name
+        h.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"-"))
     return h.hexdigest()
 
 
@@ -319,10 +326,7 @@ def execute_notebook(task: dict) -> dict:
     for cell in result.cells:
         if cell.cell_type == "code":
             cell.outputs = _merge_streams(cell.outputs)
-    for cell in result.cells:  # papermill's injected values are shown by the chapter itself
-        tags = cell.metadata.setdefault("tags", [])
-        if "injected-parameters" in tags and "remove-cell" not in tags:
-            tags.append("remove-cell")
+    bake_parameters(result, task["params"])
     result.metadata["specdec"] = {
         "source": task["rel"], "fingerprint": task["fingerprint"],
         "parameters": task["params"], "seconds": round(seconds, 2),
@@ -330,6 +334,41 @@ def execute_notebook(task: dict) -> dict:
     nbformat.write(result, staging)
     os.replace(staging, task["path"])
     return {"ok": True, "seconds": seconds, "path": task["path"]}
+
+
+def _literal(value) -> str:
+    """``value`` as Python source, integers with ``_`` separators as the chapters write them."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
+        return f"{value:_}"
+    return repr(value)
+
+
+def bake_parameters(nb, params: dict) -> None:
+    """Write the values a notebook ran with into its ``parameters`` cell, in place.
+
+    papermill runs a notebook by inserting a cell tagged ``injected-parameters`` after the
+    cell tagged ``parameters``; a reader who downloads that notebook and edits the
+    parameters cell would see the injected cell set the old values back. So the executed
+    notebook keeps one parameters cell, holding the values of this run (one line
+    ``name = value`` per parameter, replacing the default's line or appended), and no
+    injected cell: re-run as it is, it computes what the page shows; edited, it computes
+    with the edited values. The values stay in ``metadata.papermill.parameters`` too.
+    """
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    if not tagged:
+        return
+    cell = tagged[0]
+    lines = cell.source.splitlines()
+    for name, value in params.items():
+        line = f"{name} = {_literal(value)}"
+        pattern = re.compile(rf"^{re.escape(name)}\s*(:[^=]*)?=")
+        at = next((i for i, ln in enumerate(lines) if pattern.match(ln)), None)
+        if at is None:
+            lines.append(line)
+        else:
+            lines[at] = line
+    cell.source = "\n".join(lines)
 
 
 def check_kernel() -> None:
@@ -380,12 +419,22 @@ def executes_alone(source: Path) -> bool:
 
 
 def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: int,
-                force: bool = False) -> tuple[list[dict], bool]:
-    """Execute what is not cached; return (rows for the timing table, all succeeded)."""
+                force: bool = False, only: str | None = None) -> tuple[list[dict], bool]:
+    """Execute what is not cached; return (rows for the timing table, all succeeded).
+
+    ``only`` names one chapter: just that one is considered (``make chapter``).
+    """
     shared = shared_digest(layout, params)
     executed_dir = layout.cache / "executed"
     rows, tasks = [], []
-    for name, source in chapter_sources(layout):
+    sources = chapter_sources(layout)
+    if only is not None:
+        names = [name for name, _ in sources]
+        if only not in names:
+            raise BuildError(f"NAME must be one of the chapters of {layout.rel(layout.toc)} "
+                             f"({', '.join(names)}); got {only!r}")
+        sources = [(name, src) for name, src in sources if name == only]
+    for name, source in sources:
         fp = notebook_fingerprint(source, shared)
         path = executed_dir / f"{name}-{fp[:20]}.ipynb"
         row = {"name": name, "rel": layout.rel(source), "path": path, "fingerprint": fp}
@@ -448,6 +497,21 @@ def prune_cache(executed_dir: Path, names: list[str]) -> None:
             stale.unlink(missing_ok=True)
 
 
+def chapter_output(layout: Layout, name: str, params: dict[str, int]) -> Path:
+    """Where ``make chapter`` puts one chapter executed alone."""
+    return layout.out / "chapter" / f"{name}-seed{params['seed']}-trials{params['trials']}.ipynb"
+
+
+def publish_one_chapter(layout: Layout, row: dict, params: dict[str, int]) -> Path:
+    """Copy one executed chapter to :func:`chapter_output`; the book is left as it is."""
+    target = chapter_output(layout, row["name"], params)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".ipynb.tmp")
+    shutil.copyfile(row["path"], tmp)
+    os.replace(tmp, target)
+    return target
+
+
 def publish_chapters(layout: Layout, rows: list[dict]) -> None:
     """Copy every executed notebook to book/chapters (only called when all succeeded)."""
     layout.chapters.mkdir(parents=True, exist_ok=True)
@@ -470,7 +534,8 @@ def publish_chapters(layout: Layout, rows: list[dict]) -> None:
 
 # Pages of _toc.yml that are generated at build time (git-ignored), not committed.
 EXECUTION_STATS_PAGE = "book/execution-stats"
-GENERATED_PAGES = (EXECUTION_STATS_PAGE,)
+LABELS_PAGE = "book/labels"
+GENERATED_PAGES = (EXECUTION_STATS_PAGE, LABELS_PAGE)
 
 
 def prepare_book(layout: Layout, names: list[str]) -> None:
@@ -478,6 +543,8 @@ def prepare_book(layout: Layout, names: list[str]) -> None:
 
     * ``book/execution-stats.md`` from the executed notebooks (tools/execution_stats.py);
       deterministic, so it only changes when a notebook does.
+    * ``book/labels.md``, the index of section labels, from the sources of the pages in
+      ``_toc.yml`` (tools/labels.py), when the toc lists it.
     * MathJax, served by the HTML itself (tools/vendor.py): fetched once into this
       repository's ``.cache/vendor`` and copied from there into another book root.
     """
@@ -486,6 +553,10 @@ def prepare_book(layout: Layout, names: list[str]) -> None:
         import execution_stats
 
         execution_stats.write_page(layout.chapters, layout.root / f"{EXECUTION_STATS_PAGE}.md", names)
+    if (TOOLS / "labels.py").exists() and LABELS_PAGE in toc_documents(layout.toc):
+        import labels
+
+        labels.write_page(layout.root, layout.toc, layout.root / f"{LABELS_PAGE}.md")
     if (TOOLS / "vendor.py").exists():
         import vendor
 
@@ -583,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     parser.add_argument("--force", action="store_true", help="re-execute every notebook")
     parser.add_argument("--no-html", action="store_true", help="execute only, skip jupyter-book")
+    parser.add_argument("--chapter", metavar="NAME",
+                        help="execute only this chapter (e.g. 04-experiment) into "
+                             "_build/chapter/; the book is not touched (make chapter NAME=...)")
     args = parser.parse_args(argv)
     wall = time.perf_counter()
     try:
@@ -593,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
                         notebooks=args.notebooks_dir, chapters=args.chapters_dir,
                         out=args.out, cache=args.cache)
         rows, ok = execute_all(layout, params, jobs=args.jobs, timeout=args.timeout,
-                               force=args.force)
+                               force=args.force, only=args.chapter)
         if not ok:
             print_table(rows, None, time.perf_counter() - wall)
             for r in rows:
@@ -605,6 +679,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{layout.rel(layout.out / 'html')} are unchanged; partial output of the failed "
                   f"notebook(s) in {layout.rel(layout.cache / 'failed')}", file=sys.stderr)
             return 1
+        if args.chapter is not None:
+            target = publish_one_chapter(layout, rows[0], params)
+            print_table(rows, None, time.perf_counter() - wall)
+            shown = layout.rel(target) if Path.cwd().resolve() == layout.root else str(target)
+            print(f"\n{args.chapter} executed with seed {params['seed']}, trials "
+                  f"{params['trials']:,}: open {shown} (Jupyter); the book is unchanged")
+            return 0
         publish_chapters(layout, rows)
         html = None
         if not args.no_html:

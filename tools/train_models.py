@@ -2,9 +2,9 @@
 
 Run through ``make models``. The script needs PyTorch (CPU build, ``torch==2.13.0``)
 and the Debian packages ``fortunes fortunes-min fortunes-it fortunes-es fortunes-zh``;
-the book itself needs neither: it reads the weights (``models/*.npz``), the manifest
-(``models/manifest.json``) and a small committed held-out sample
-(``models/heldout.json``) with the numpy implementation in :mod:`specdec.nn`.
+the book itself needs neither: it reads the weights (``specdec/data/models/*.npz``), the manifest
+(``specdec/data/models/manifest.json``) and a small committed held-out sample
+(``specdec/data/models/heldout.json``) with the numpy implementation in :mod:`specdec.nn`.
 
 Steps (each can be run alone, see ``--help``):
 
@@ -12,23 +12,23 @@ Steps (each can be run alone, see ``--help``):
     Read the fortunes of each language from the installed packages, clean them
     (ANSI colour codes and overstrike sequences removed; the Spanish ``off/`` folder
     excluded), split every language's items into training and held-out sets by a hash
-    of the item text, and write ``models/heldout.json`` (a few KB of held-out text and
+    of the item text, and write ``specdec/data/models/heldout.json`` (a few KB of held-out text and
     prompts per language).
 ``train``
     Train the three models with fixed seeds on two CPU threads and write
-    ``models/<name>.npz``.
+    ``specdec/data/models/<name>.npz``.
 ``manifest``
-    Write ``models/manifest.json``: architecture, shapes, parameter counts, training
+    Write ``specdec/data/models/manifest.json``: architecture, shapes, parameter counts, training
     times, corpus hash, validation bits per byte per language, versions, seeds and
     licences.
 ``check``
     Compare the models in ``--out DIR`` with the committed ones: bits per byte of every
-    model on the committed sample ``models/heldout.json`` against
-    ``sample_bits_per_byte`` in the committed ``models/manifest.json``; prints a table
+    model on the committed sample ``specdec/data/models/heldout.json`` against
+    ``sample_bits_per_byte`` in the committed ``specdec/data/models/manifest.json``; prints a table
     and exits with status 1 if any difference exceeds ``--tolerance`` (default
     ``TOLERANCE``).
 
-``--out DIR`` (default ``models/``) is where ``corpus``, ``train`` and ``manifest`` write;
+``--out DIR`` (default ``specdec/data/models/``) is where ``corpus``, ``train`` and ``manifest`` write;
 ``make models`` retrains into ``_build/models`` and checks, so the committed weights are
 never overwritten by a run that does not reproduce them.
 """
@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS_DIR = ROOT / "models"
+MODELS_DIR = ROOT / "specdec" / "data" / "models"
 sys.path.insert(0, str(ROOT))
 
 LANGUAGES = ("it", "en", "zh", "es")
@@ -505,7 +505,7 @@ def main(argv=None) -> None:
                         help=f"models to train and check (default: {' '.join(ARCHS)})")
     parser.add_argument("--out", type=Path, default=MODELS_DIR,
                         help="directory written by corpus/train/manifest and read by check "
-                             "(default: models/)")
+                             "(default: specdec/data/models/)")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE,
                         help=f"check: largest accepted |difference| in bits/byte "
                              f"(default: {TOLERANCE})")
@@ -518,7 +518,7 @@ def main(argv=None) -> None:
         if bad:
             parser.error(f"unknown {bad}; choose from {', '.join(allowed)}")
     if "check" in args.steps and out == MODELS_DIR and len(args.steps) > 1:
-        parser.error("check compares with the committed models/: write the retrained "
+        parser.error("check compares with the committed specdec/data/models/: write the retrained "
                      "models elsewhere with --out DIR")
     corpus = None
     if "corpus" in args.steps or "train" in args.steps:
