@@ -41,7 +41,6 @@ __all__ = [
     "request_metrics",
     "RunSummary",
     "summarize",
-    "markdown_table",
     "Report",
     "rotation",
     "environment",
@@ -299,40 +298,6 @@ def summarize(requests: Sequence[RequestMetrics], wall: float) -> RunSummary:
             [a for r in requests for a in r.accepted_lengths]).tolist()))
 
 # ------------------------------------------------------------------------- reports
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        a = abs(value)
-        if a == 0:
-            return "0"
-        if a >= 100:
-            return f"{value:.1f}"
-        if a >= 1:
-            return f"{value:.3f}"
-        return f"{value:.3g}"
-    return "-" if value is None else str(value)
-
-
-def markdown_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> str:
-    """A Markdown table of tidy rows (floats with 3-4 significant digits).
-
-    Examples
-    --------
-    >>> print(markdown_table([{"a": 1, "b": 0.5}]))
-    | a | b |
-    |---|---|
-    | 1 | 0.5 |
-    """
-    if not rows:
-        return "(no rows)"
-    columns = list(columns or rows[0].keys())
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |")
-    return "\n".join(lines)
-
-
 @dataclass(frozen=True)
 class Report:
     """Tidy results of one measurement with the context needed to read them.
@@ -348,7 +313,7 @@ class Report:
         Models (name, parameters, weight hash), precision, sampling settings, gammas,
         hardware, library versions, prompt distribution, repeats, seed.
     columns : tuple of str
-        Columns shown by :meth:`to_markdown`.
+        Columns a table of it shows (``specdec.book.tables.report_markdown`` in the book).
     """
 
     title: str
@@ -361,23 +326,6 @@ class Report:
         return {"title": self.title, "rows": [dict(r) for r in self.rows],
                 "raw": [dict(r) for r in self.raw], "metadata": self.metadata}
 
-    def to_markdown(self, columns: Sequence[str] | None = None, *, metadata: bool = False) -> str:
-        out = [f"**{self.title}**", "", markdown_table(self.rows, columns or self.columns or None)]
-        if metadata:
-            out += ["", _metadata_markdown(self.metadata)]
-        return "\n".join(out)
-
-
-def _metadata_markdown(meta: Mapping) -> str:
-    lines = []
-    for key, value in meta.items():
-        if isinstance(value, Mapping):
-            inner = ", ".join(f"{k}={_fmt(v) if isinstance(v, float) else v}"
-                              for k, v in value.items() if not isinstance(v, (Mapping, list)))
-            lines.append(f"- {key}: {inner}")
-        else:
-            lines.append(f"- {key}: {value}")
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------- metadata

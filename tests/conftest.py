@@ -128,3 +128,26 @@ def one_blas_thread():
 
     with limit_blas_threads(1):
         yield
+
+
+# Weight of what a reader downloads: checked on the whole book (tests/test_publishing.py)
+# and on the chapters built at other trial counts (tests/test_pipeline.py).
+FIGURE_LIMIT = 500_000         # bytes, every figure of every chapter (SVG in the HTML)
+NOTEBOOK_LIMIT = 3_000_000     # bytes, every executed notebook (what a reader downloads)
+
+
+def oversized(chapters: Path) -> list[str]:
+    """Executed notebooks and figures over the limits."""
+    found = []
+    for nb_path in sorted(chapters.glob("*.ipynb")):
+        size = nb_path.stat().st_size
+        if size > NOTEBOOK_LIMIT:
+            found.append(f"{nb_path.name}: {size:,} bytes")
+        for cell in json.loads(nb_path.read_text(encoding="utf-8"))["cells"]:
+            for output in cell.get("outputs", []):
+                for mime, data in output.get("data", {}).items():
+                    if mime.startswith("image/") or mime == "application/pdf":
+                        n = len("".join(data) if isinstance(data, list) else data)
+                        if n > FIGURE_LIMIT:
+                            found.append(f"{nb_path.name}: a {mime} figure of {n:,} bytes")
+    return found

@@ -15,6 +15,7 @@ from specdec import measure as ms
 from specdec import nn
 from specdec import protocol as pr
 from specdec.book.study import run_study
+from specdec.book.tables import markdown_table, report_markdown
 
 finite = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
 
@@ -165,7 +166,7 @@ def test_compare_and_concurrency_structure(pair):
     assert all(r["throughput"] == pytest.approx(12 / (39 * 0.01)) for r in base)
     assert all(r["target_pass_s"] == pytest.approx(0.01) for r in rep.rows)
     assert all(r["draft_pass_s"] == pytest.approx(0.01) for r in spec)
-    md = rep.to_markdown(metadata=True)
+    md = report_markdown(rep, metadata=True)
     assert "| language | setting |" in md and "prompt_distribution" in md
     conc = pr.concurrency(target, draft, ["a b c", "d e f", "g h i"], batch_sizes=(1, 3),
                           max_new_tokens=5, repeats=1, clock=ms.TickClock(0.01))
@@ -212,7 +213,7 @@ def test_environment_and_markdown():
     env = ms.environment()
     for key in ("cpu", "cores", "blas", "numpy", "python"):
         assert key in env
-    assert ms.markdown_table([{"a": 1, "b": float("nan")}]).endswith("| 1 | - |")
+    assert markdown_table([{"a": 1, "b": float("nan")}]).endswith("| 1 | - |")
 
 
 @pytest.mark.skipif(not (nn.MODELS_DIR / "manifest.json").exists(), reason="models/ not built")

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import oversized
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -568,6 +569,7 @@ def test_chapters_hold_their_assertions_for_other_seeds_and_trials(chapters_at_o
     for n in built.names:
         meta = built.notebook(n)["metadata"]
         assert meta["specdec"]["parameters"] == {"seed": built.seed, "trials": built.trials}
+    assert oversized(built.root / "book" / "chapters") == []  # light at every trial count
 
 
 @pytest.mark.slow

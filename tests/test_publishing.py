@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from bs4 import BeautifulSoup
+from conftest import FIGURE_LIMIT, oversized
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "publishing"
@@ -121,6 +122,7 @@ def book(tmp_path_factory) -> Path:
     for page in ("references.bib", "bibliography.md", "citing.md", "changelog.md", "favicon.svg"):
         shutil.copy(REPO / "book" / page, root / "book" / page)
     shutil.copytree(REPO / "book" / "_static", root / "book" / "_static")
+    shutil.copy(REPO / "requirements-lock.txt", root / "requirements-lock.txt")
     shutil.copytree(TOOLS / "latex", root / "tools" / "latex")
     proc = run([sys.executable, str(TOOLS / "build.py"), "--root", str(root),
                 "--seed", "2026", "--trials", "200000"], cwd=root)
@@ -562,7 +564,7 @@ RAW_REPRS = {
     "numpy scalar repr": re.compile(r"\bnp\.(?:float|int|bool|uint)\w*\("),
     "dataclass repr": re.compile(r"\b[A-Z][A-Za-z]+\((?:[a-z_]+=)"),
     "float with binary noise": re.compile(r"\d\.\d*(?:0{6,}|9{6,})\d+\b|\d\.\d{13,}"),
-    "None shown as a value": re.compile(r"(?<![\w`])None\b"),
+    "None shown as a value": re.compile(r"(?:[=:(\[,]|top-[kp])\s*None\b|\bNone\s*[,;)\]]"),
 }
 
 
@@ -576,10 +578,12 @@ def raw_reprs(text: str) -> list[str]:
 
 def test_raw_repr_scan_catches_what_it_must():
     for bad in ("E = 3.0588189999999997", "np.float64(0.0444)", "BestGamma(gamma=6, speedup=2.3)",
-                "residual 1.3877787807814457e-17", "top-k None", "0.30000000000000004"):
+                "residual 1.3877787807814457e-17", "top-k None", "0.30000000000000004",
+                "(1, None)", "rng=None"):
         assert raw_reprs(bad), bad
     for fine in ("E = 3.058819", "S ≈ 2.353", "p-value 1.2 × 10⁻⁵", "Table 6.1", "None of the "
-                 "variants", "TV = 0.1500", "seed 20260923", "Section 2.1 (Leviathan et al.)"):
+                 "variants", "TV = 0.1500", "seed 20260923", "Section 2.1 (Leviathan et al.)",
+                 "None of them transfers"):
         assert raw_reprs(fine) == [], fine
 
 
@@ -609,27 +613,6 @@ def test_real_book_tables_have_numbered_captions(whole_book):
                 uncaptioned.append(f"{html.stem}: {head}")
     assert counted >= 20
     assert uncaptioned == []
-
-
-FIGURE_LIMIT = 500_000         # bytes, every figure of every chapter (SVG in the HTML)
-NOTEBOOK_LIMIT = 3_000_000     # bytes, every executed notebook (what a reader downloads)
-
-
-def oversized(chapters: Path) -> list[str]:
-    """Executed notebooks and figures over the limits."""
-    found = []
-    for nb_path in sorted(chapters.glob("*.ipynb")):
-        size = nb_path.stat().st_size
-        if size > NOTEBOOK_LIMIT:
-            found.append(f"{nb_path.name}: {size:,} bytes")
-        for cell in json.loads(nb_path.read_text(encoding="utf-8"))["cells"]:
-            for output in cell.get("outputs", []):
-                for mime, data in output.get("data", {}).items():
-                    if mime.startswith("image/") or mime == "application/pdf":
-                        n = len("".join(data) if isinstance(data, list) else data)
-                        if n > FIGURE_LIMIT:
-                            found.append(f"{nb_path.name}: a {mime} figure of {n:,} bytes")
-    return found
 
 
 @pytest.mark.slow
@@ -744,3 +727,34 @@ def test_lock_file_pins_every_requirement_at_the_installed_version():
     assert differ == [], f"run `make lock` (or reinstall .venv): {differ}"
     makefile = (REPO / "Makefile").read_text()
     assert "pip install -qq -c requirements-lock.txt" in makefile
+
+
+def test_palette_keeps_right_and_wrong_for_their_meaning():
+    from specdec.book import plotting
+
+    right, wrong = plotting.PALETTE["correct"], plotting.PALETTE["wrong"]
+    assert right not in plotting.CATEGORIES and wrong not in plotting.CATEGORIES
+    names = plotting.COLOUR_NAMES
+    assert set(plotting.PALETTE.values()) | set(plotting.CATEGORIES) <= set(names)
+    assert len(set(names.values())) == len(names)  # one name per colour
+    assert names[right] == "green" and names[wrong] == "vermilion"
+    # captions name colours with those names only (no "red", "purple", "vermillion"...)
+    others = {"red", "purple", "violet", "vermillion", "magenta", "cyan", "brown", "teal",
+              "turquoise", "gold", "lime", "navy", "gray"}
+    used = []
+    for src in (REPO / "notebooks").glob("*.md"):
+        for caption in re.findall(r"```\{glue:figure\}[^\n]*\n(.*?)```", src.read_text(), re.S):
+            used += [(src.name, w) for w in re.findall(r"[a-z]+", caption.lower()) if w in others]
+    assert used == []
+
+
+def test_weight_check_flags_heavy_figures_and_notebooks(tmp_path):
+    light = {"cells": [{"cell_type": "code", "outputs": [{"data": {"image/svg+xml": "<svg/>"}}]}]}
+    (tmp_path / "light.ipynb").write_text(json.dumps(light))
+    assert oversized(tmp_path) == []
+    heavy = {"cells": [{"cell_type": "code", "outputs": [
+        {"data": {"image/svg+xml": ["<svg>", "x" * FIGURE_LIMIT, "</svg>"]}}]}] * 6}
+    (tmp_path / "heavy.ipynb").write_text(json.dumps(heavy))
+    found = oversized(tmp_path)
+    assert found[0].startswith("heavy.ipynb: ") and found[0].endswith(" bytes")
+    assert sum("image/svg+xml figure" in f for f in found) == 6

@@ -8,6 +8,8 @@ imports it.
 - :mod:`specdec.book.prose`: numbers in prose (glued plain values, readable formats).
 - :mod:`specdec.book.provenance`: the run records at the top and bottom of every chapter.
 - :mod:`specdec.book.plotting`: the book's palette and figure defaults.
+- :mod:`specdec.book.tables`: numbered, captioned tables; Markdown of tidy rows and of
+  :class:`specdec.measure.Report` objects.
 - :mod:`specdec.book.study`: chapter 8's in-process study (which models, settings and
   prompts, in which order), on top of :mod:`specdec.protocol`.
 """

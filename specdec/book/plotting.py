@@ -3,6 +3,12 @@
 One colour per role, used by every chapter: the target law p, the draft law q, the
 output of a correct sampler, and the output of a flawed one. Colours are from the
 Okabe-Ito palette, which stays distinguishable under the common colour-vision deficiencies.
+
+The meaning of green (``correct``: exact) and vermilion (``wrong``: a flawed rule or a
+wrong law) is fixed across the book: they are never used for an ordinary category.
+Categories (workloads, languages, settings) take :data:`CATEGORIES` in order, and a figure
+that must be read in grey also varies :data:`MARKERS` and :data:`LINESTYLES`. Captions
+name colours with :data:`COLOUR_NAMES`, one name per colour.
 """
 
 from __future__ import annotations
@@ -20,6 +26,37 @@ PALETTE: dict[str, str] = {
     "residual": "#CC79A7",
     "neutral": "#999999",
 }
+
+#: Colours for ordinary categories, in order: neither green nor vermilion.
+CATEGORIES: tuple[str, ...] = ("#0072B2", "#E69F00", "#CC79A7", "#56B4E9", "#000000")
+
+#: Markers and line styles that go with :data:`CATEGORIES` (same order).
+MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v")
+LINESTYLES: tuple[str, ...] = ("-", "--", "-.", ":", (0, (5, 1)))
+
+#: The one name a caption uses for each colour of the book.
+COLOUR_NAMES: dict[str, str] = {
+    "#000000": "black",
+    "#56B4E9": "sky blue",
+    "#009E73": "green",
+    "#D55E00": "vermilion",
+    "#E69F00": "orange",
+    "#CC79A7": "pink",
+    "#999999": "grey",
+    "#0072B2": "blue",
+}
+
+
+def category_style(i: int) -> dict:
+    """Colour, marker and line style of the ``i``-th category (cycles after five).
+
+    Examples
+    --------
+    >>> category_style(0)
+    {'color': '#0072B2', 'marker': 'o', 'linestyle': '-'}
+    """
+    k = i % len(CATEGORIES)
+    return {"color": CATEGORIES[k], "marker": MARKERS[k], "linestyle": LINESTYLES[k]}
 
 
 def use_book_style() -> None:

@@ -15,11 +15,11 @@ from typing import Sequence
 import numpy as np
 
 from .. import decode as dec
-from .. import measure
 from ..measure import Clock, Report, environment, limit_blas_threads, model_info, \
     prompt_distribution
 from ..nn import LANGUAGES, load_heldout, load_manifest, load_model
 from ..protocol import Setting, compare, concurrency, cost_model_check, step_costs
+from .tables import metadata_markdown, report_markdown
 
 __all__ = ["Study", "study_prompts", "run_study"]
 
@@ -91,10 +91,9 @@ class Study:
         return out
 
     def to_markdown(self) -> str:
-        return "\n\n".join([self.latency.to_markdown(), self.costs.to_markdown(),
-                            self.model_check.to_markdown(), self.concurrency.to_markdown(),
-                            "**Run**",
-                            measure._metadata_markdown(self.metadata)])
+        return "\n\n".join([*(report_markdown(r) for r in (self.latency, self.costs,
+                                                             self.model_check, self.concurrency)),
+                            "**Run**", metadata_markdown(self.metadata)])
 
 
 def study_prompts(prompts_per_language: int, languages: Sequence[str] = LANGUAGES,
