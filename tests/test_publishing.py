@@ -521,7 +521,8 @@ def test_citing_page_example_section_number_is_current(whole_book):
     page = whole_book.html / "book" / "chapters" / "02-mass.html"
     assert page.exists(), whole_book.first.stdout + whole_book.first.stderr
     text = page.read_text(encoding="utf-8")
-    m = re.search(r'id="sec-mass-rule"[^>]*>(?:</span>)?\s*<h2><span class="section-number">([\d.]+)\. </span>', text)
+    m = re.search(r'id="sec-mass-rule"[^>]*>\s*(?:<span id="[^"]*"></span>|</span>)?\s*<h2>'
+                  r'<span class="section-number">([\d.]+)\. </span>', text)
     assert m, "label sec-mass-rule (cited as the example in book/citing.md) disappeared"
     citing = (REPO / "book" / "citing.md").read_text(encoding="utf-8")
     assert f"chapter   = {{{m.group(1)}}}" in citing, \
@@ -758,3 +759,17 @@ def test_weight_check_flags_heavy_figures_and_notebooks(tmp_path):
     found = oversized(tmp_path)
     assert found[0].startswith("heavy.ipynb: ") and found[0].endswith(" bytes")
     assert sum("image/svg+xml figure" in f for f in found) == 6
+
+
+@pytest.mark.slow
+def test_real_book_chapter_pages_say_how_to_rerun_them(whole_book):
+    """Each chapter's run note gives the command that re-executes it alone and its time."""
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    missing = []
+    for html in _chapter_pages(whole_book.html):
+        text = " ".join(parse_html(html).text)
+        rule = (rf"This chapter alone: make chapter NAME={re.escape(html.stem)} SEED=<int> "
+                r"\(its execution took \d+(\.\d)? (s|min) in this build\)")
+        if not re.search(rule, text):
+            missing.append(html.stem)
+    assert missing == []
