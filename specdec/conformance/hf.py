@@ -404,6 +404,8 @@ def main(argv=None) -> int:
                                              "speculative sampling at the installed release.")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=20.0, help="seconds per battery")
+    ap.add_argument("--false-alarm", type=float, default=1e-3,
+                    help="family-wise false-alarm probability of each battery")
     ap.add_argument("--trials", default=None,
                     help="trials per case of the token, block and generate batteries, "
                          "comma-separated (instead of a budget)")
@@ -415,7 +417,7 @@ def main(argv=None) -> int:
         if len(trials) != 3 or min(trials) < 1:
             ap.error("--trials: three positive integers, e.g. 500,200,40")
     print(json.dumps(run_all(seed=args.seed, budget=None if trials else args.budget,
-                             trials=trials)))
+                             trials=trials, false_alarm=args.false_alarm)))
     return 0
 
 
