@@ -1,0 +1,420 @@
+"""Exact laws of stateless verification rules: draft paths, cycle outcomes, sequence laws.
+
+The rules of :mod:`specdec.blockverify`, :mod:`specdec.multidraft`, :mod:`specdec.matching`
+and :mod:`specdec.lossy` all share one shape. A **cycle** starts from the emitted text,
+drafts (a chain of ``gamma`` tokens, or a tree), lets the target score every drafted
+position in one pass, and emits an accepted prefix plus one token chosen by the target;
+the next cycle starts from the emitted text and nothing else (no state is carried over).
+So the law of the first ``length`` emitted tokens follows from the law of one cycle's
+outcomes by a dynamic programme over the emitted text, which this module runs once for
+all of them (:func:`rule_sequence_law`).
+
+A cycle's law is a list of **outcomes** ``(probability, emitted, n_accepted)``: the
+tokens the cycle appends to the text (a tuple, 1 to ``gamma + 1`` tokens, ending at EOS
+if one is emitted) and how many drafted tokens were accepted. Chain rules are written as
+a *verifier* applied to each **draft path** (:class:`DraftPath`: the drafted tokens, their
+probability, and the target and draft laws along the path) by :func:`chain_outcomes`.
+
+Arithmetic is generic: the laws along a path are plain Python lists, so the same code
+gives floating-point laws on the toy models of :mod:`specdec.models` and exact rational
+laws (``fractions.Fraction``) on the context-free examples of the papers
+(:func:`fixed_oracle`).
+
+References
+----------
+.. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
+   Speculative Decoding", ICML 2023, Sec. 2.3 (one cycle of draft, score, verify).
+.. [2] Z. Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR 2025,
+   arXiv:2403.10444, Sec. 2 (a verifier maps the draft block and the laws along it to an
+   accepted prefix and one corrected token).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+
+from .laws import LawError, check_int, check_law
+from .models import ToyModel, check_prefix
+
+__all__ = [
+    "Outcome",
+    "DraftPath",
+    "LawOracle",
+    "model_oracle",
+    "fixed_oracle",
+    "draft_paths",
+    "chain_outcomes",
+    "rule_sequence_law",
+    "accepted_count_law",
+    "emitted_count_law",
+    "mean_accepted",
+    "check_rng",
+    "check_models",
+    "tempered",
+]
+
+#: ``(probability, emitted tokens, number of accepted drafted tokens)``.
+Outcome = tuple
+
+
+def check_rng(rng) -> np.random.Generator:
+    """Return ``rng`` if it is a :class:`numpy.random.Generator`, else a seeded one.
+
+    Raises
+    ------
+    LawError
+        If ``rng`` is neither a Generator nor a non-negative integer seed.
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0:
+        return np.random.default_rng(int(rng))
+    raise LawError(f"rng: must be a numpy.random.Generator or a seed >= 0 (got {type(rng).__name__})")
+
+
+def check_models(target, draft) -> None:
+    """Both are :class:`~specdec.models.ToyModel` with the same vocabulary and EOS id."""
+    for nm, m in (("target", target), ("draft", draft)):
+        if not isinstance(m, ToyModel):
+            raise LawError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
+    if draft.vocab_size != target.vocab_size:
+        raise LawError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
+    if draft.eos != target.eos:
+        raise LawError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
+
+
+def tempered(model: ToyModel, temperature: float, *, name: str | None = None) -> ToyModel:
+    """The table model whose every next-token law is ``p^(1/T) / sum p^(1/T)``.
+
+    This is ``softmax(log p / T)``: the law a decoder samples at temperature ``T`` when
+    the model's logits are ``log p``. ``T = 1`` returns an equal table.
+
+    Parameters
+    ----------
+    model : ToyModel
+        A table model.
+    temperature : float
+        ``T > 0``.
+    name : str, optional
+        Label (default: the model's name and the temperature).
+
+    Raises
+    ------
+    LawError
+        If ``model`` has no table or ``temperature`` is not a finite positive number.
+
+    Examples
+    --------
+    >>> from specdec.models import ToyModel
+    >>> m = ToyModel(2, None, table=[[[0.8, 0.2], [0.8, 0.2], [0.8, 0.2]]])
+    >>> tempered(m, 0.5).next_law(()).round(4).tolist()
+    [0.9412, 0.0588]
+    """
+    if not isinstance(model, ToyModel) or model.table is None:
+        raise LawError("model: must be a table ToyModel")
+    t = float(temperature)
+    if not (np.isfinite(t) and t > 0):
+        raise LawError(f"temperature: must be finite and > 0 (got {temperature!r})")
+    with np.errstate(divide="ignore"):
+        logits = np.log(model.table) / t
+    logits -= logits.max(axis=-1, keepdims=True)
+    w = np.exp(logits)
+    w /= w.sum(axis=-1, keepdims=True)
+    return ToyModel(model.vocab_size, model.eos, table=w, order=model.order,
+                    name=name or f"{model.name} (T = {t:g})")
+
+
+# --------------------------------------------------------------------------------------
+# Laws along a path
+# --------------------------------------------------------------------------------------
+
+
+class LawOracle:
+    """Next-token laws of the target and the draft as Python lists, memoised per context.
+
+    Build one with :func:`model_oracle` (toy models, floats) or :func:`fixed_oracle`
+    (context-free laws, floats or fractions).
+    """
+
+    def __init__(self, p_fn: Callable, q_fn: Callable, vocab_size: int, eos, canon: Callable):
+        self._p_fn, self._q_fn = p_fn, q_fn
+        self.vocab_size, self.eos, self.canon = vocab_size, eos, canon
+        self._p: dict = {}
+        self._q: dict = {}
+
+    def p(self, ctx: tuple) -> list:
+        """Target law after ``ctx`` (list of probabilities)."""
+        key = self.canon(ctx)
+        hit = self._p.get(key)
+        if hit is None:
+            hit = self._p[key] = list(self._p_fn(key))
+        return hit
+
+    def q(self, ctx: tuple) -> list:
+        """Draft law after ``ctx`` (list of probabilities)."""
+        key = self.canon(ctx)
+        hit = self._q.get(key)
+        if hit is None:
+            hit = self._q[key] = list(self._q_fn(key))
+        return hit
+
+
+def _canonical(target: ToyModel, draft: ToyModel) -> Callable:
+    mems = (target.memory, draft.memory)
+    if None in mems:
+        return lambda ctx: ctx
+    keep = max(mems)
+    return lambda ctx: ctx[-keep:] if len(ctx) > keep else ctx
+
+
+def model_oracle(target: ToyModel, draft: ToyModel) -> LawOracle:
+    """Laws of a toy target/draft pair (floats), contexts shortened to what the laws see.
+
+    Raises
+    ------
+    LawError
+        If the models do not share vocabulary and EOS id.
+    """
+    check_models(target, draft)
+    return LawOracle(lambda c: target.next_law(c).tolist(), lambda c: draft.next_law(c).tolist(),
+                     target.vocab_size, target.eos, _canonical(target, draft))
+
+
+def fixed_oracle(p, q, *, eos: int | None = None) -> LawOracle:
+    """Context-free laws ``p`` and ``q`` at every position (the papers' worked examples).
+
+    Entries that are :class:`fractions.Fraction` stay exact: every law computed from this
+    oracle is then a rational number.
+
+    Parameters
+    ----------
+    p, q : sequence of float or Fraction, shape (V,)
+        Target and draft laws (validated; fractions must sum to exactly 1).
+    eos : int, optional
+        End-of-sequence id (default: none).
+
+    Raises
+    ------
+    LawError
+        On invalid laws or mismatched sizes.
+
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> o = fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)])
+    >>> o.p((0, 1)), o.q(())
+    ([Fraction(1, 3), Fraction(2, 3)], [Fraction(2, 3), Fraction(1, 3)])
+    """
+    pl, ql = list(p), list(q)
+    for nm, law in (("p", pl), ("q", ql)):
+        if all(isinstance(x, Fraction) for x in law):
+            if sum(law) != 1 or min(law) < 0:
+                raise LawError(f"{nm}: fractions must be >= 0 and sum to exactly 1 (sum = {sum(law)})")
+        else:
+            law[:] = check_law(law, nm).tolist()
+    if len(pl) != len(ql):
+        raise LawError(f"q: size {len(ql)} does not match p ({len(pl)})")
+    if eos is not None:
+        eos = check_int(eos, "eos", minimum=0, maximum=len(pl) - 1)
+    return LawOracle(lambda c: pl, lambda c: ql, len(pl), eos, lambda c: ())
+
+
+# --------------------------------------------------------------------------------------
+# Draft paths and chain rules
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftPath:
+    """One drafted chain and the laws along it.
+
+    Attributes
+    ----------
+    tokens : tuple of int
+        The drafted tokens ``x_1 .. x_k`` (``k = gamma``, or fewer when ``x_k`` is EOS).
+    prob : float or Fraction
+        Probability that the draft proposes exactly these tokens.
+    p : tuple of list
+        Target laws ``p_1 .. p_{k+1}``, ``p_i = p(. | ctx, x_1..x_{i-1})``; ``p_{k+1}``
+        (the bonus position) is absent when ``x_k`` is EOS.
+    q : tuple of list
+        Draft laws ``q_1 .. q_k`` the tokens were drawn from (a point mass on the
+        draft's most likely token for a greedy draft).
+    """
+
+    tokens: tuple
+    prob: object
+    p: tuple
+    q: tuple
+
+    @property
+    def ends(self) -> bool:
+        """Whether the last drafted token is EOS (no bonus position)."""
+        return len(self.p) == len(self.tokens)
+
+
+def _argmax(law: list) -> int:
+    best = max(law)
+    return law.index(best)
+
+
+def draft_paths(oracle: LawOracle, ctx: tuple, gamma: int, *, greedy: bool = False) -> list[DraftPath]:
+    """Every chain of ``gamma`` draft tokens from ``ctx`` and its probability.
+
+    Parameters
+    ----------
+    oracle : LawOracle
+        Target and draft laws.
+    ctx : tuple of int
+        Confirmed context (prompt and emitted text).
+    gamma : int
+        Draft length (>= 1). Drafting stops after an EOS proposal.
+    greedy : bool
+        Draft the draft model's most likely token (lowest id on ties) instead of a
+        sample; its law is then a point mass, which is what a verifier must use.
+
+    Returns
+    -------
+    list of DraftPath
+        Probabilities sum to 1.
+
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> o = fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)])
+    >>> [(d.tokens, d.prob) for d in draft_paths(o, (), 2)][:2]
+    [((0, 0), Fraction(4, 9)), ((0, 1), Fraction(2, 9))]
+    """
+    gamma = check_int(gamma, "gamma", minimum=1)
+    eos = oracle.eos
+    out: list[DraftPath] = []
+
+    def rec(toks, prob, ps, qs):
+        here = ctx + toks
+        if len(toks) == gamma or (toks and toks[-1] == eos):
+            bonus = () if (toks and toks[-1] == eos) else (oracle.p(here),)
+            out.append(DraftPath(toks, prob, tuple(ps) + bonus, tuple(qs)))
+            return
+        q = oracle.q(here)
+        if greedy:
+            x = _argmax(q)
+            point = [0 * q[0]] * len(q)
+            point[x] = 1 + 0 * q[0]
+            rec(toks + (x,), prob, ps + [oracle.p(here)], qs + [point])
+            return
+        p = oracle.p(here)
+        for x, w in enumerate(q):
+            if w > 0:
+                rec(toks + (x,), prob * w, ps + [p], qs + [q])
+
+    rec((), 1 + 0 * oracle.q(ctx)[0], [], [])
+    return out
+
+
+def chain_outcomes(verify: Callable, oracle: LawOracle, ctx: tuple, gamma: int, *,
+                   greedy: bool = False) -> list[Outcome]:
+    """Outcomes of one chain cycle: ``verify(path)`` applied to every draft path.
+
+    Parameters
+    ----------
+    verify : callable
+        ``verify(path: DraftPath) -> list of (probability given the path, emitted,
+        n_accepted)``.
+    oracle, ctx, gamma, greedy
+        As in :func:`draft_paths`.
+
+    Returns
+    -------
+    list of Outcome
+        ``(probability, emitted, n_accepted)``; probabilities sum to 1.
+    """
+    out = []
+    for path in draft_paths(oracle, ctx, gamma, greedy=greedy):
+        for w, emitted, n_acc in verify(path):
+            if w > 0:
+                out.append((path.prob * w, emitted, n_acc))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Laws of a run
+# --------------------------------------------------------------------------------------
+
+
+def rule_sequence_law(cycle: Callable, oracle: LawOracle, prefix, length: int) -> dict:
+    """Exact law of the first ``length`` tokens emitted by repeated stateless cycles.
+
+    Parameters
+    ----------
+    cycle : callable
+        ``cycle(ctx) -> list of Outcome``: one cycle's outcomes from context ``ctx``.
+    oracle : LawOracle
+        Supplies the vocabulary, the EOS id and the context canonicalisation (cycles
+        from contexts with the same canonical form are enumerated once).
+    prefix : sequence of int
+        Prompt (no EOS).
+    length : int
+        Number of emitted tokens whose law is computed (>= 1).
+
+    Returns
+    -------
+    dict[tuple[int, ...], float]
+        Sequence -> probability, keys as in :func:`specdec.models.sequence_law` (a
+        sequence that emits EOS stops there).
+    """
+    length = check_int(length, "length", minimum=1)
+    prompt = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
+    eos = oracle.eos
+    memo: dict = {}
+    buckets = [defaultdict(int) for _ in range(length)]
+    buckets[0][()] = 1
+    law: dict = defaultdict(int)
+    for level in range(length):
+        for text, prob in buckets[level].items():
+            ctx = prompt + text
+            key = oracle.canon(ctx)
+            outs = memo.get(key)
+            if outs is None:
+                outs = memo[key] = cycle(ctx)
+            for pr, emitted, _ in outs:
+                text2 = text + tuple(emitted)
+                if eos is not None and eos in text2:
+                    text2 = text2[: text2.index(eos) + 1]
+                if len(text2) >= length or (eos is not None and text2 and text2[-1] == eos):
+                    law[text2[:length]] += prob * pr
+                else:
+                    buckets[len(text2)][text2] += prob * pr
+        buckets[level] = {}
+    return dict(law)
+
+
+def accepted_count_law(outcomes, max_accepted: int) -> list:
+    """Law of the number of accepted drafted tokens in one cycle.
+
+    Returns
+    -------
+    list, length ``max_accepted + 1``
+        Entry ``i`` is P(exactly ``i`` drafted tokens accepted) (floats or fractions).
+    """
+    out = [0] * (check_int(max_accepted, "max_accepted", minimum=0) + 1)
+    for pr, _, n_acc in outcomes:
+        out[n_acc] += pr
+    return out
+
+
+def emitted_count_law(outcomes, max_emitted: int) -> list:
+    """Law of the number of tokens one cycle emits (entry 0 is 0)."""
+    out = [0] * (check_int(max_emitted, "max_emitted", minimum=1) + 1)
+    for pr, emitted, _ in outcomes:
+        out[len(emitted)] += pr
+    return out
+
+
+def mean_accepted(outcomes):
+    """Expected number of accepted drafted tokens per cycle (exact for fractions)."""
+    return sum(pr * n_acc for pr, _, n_acc in outcomes)

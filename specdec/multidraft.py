@@ -1,0 +1,363 @@
+"""Several drafts per position and draft trees, verified by recursive rejection sampling.
+
+A **draft tree** gives every node (the confirmed context at the root, a drafted token
+below it) ``k_d`` children at depth ``d``: candidate next tokens drafted from the draft's
+law at that node. The target scores every node in one pass (tree attention), and the
+tree is verified top-down by **recursive rejection sampling** (SpecInfer, Miao et al.
+2024, Algorithm 2; Chen et al. 2023 for one candidate): at a node with target law ``p``,
+try the children in order; child ``j`` (token ``x_j``, drawn from ``q_j``) is accepted
+with probability ``min(1, r_j(x_j) / q_j(x_j))`` where ``r_1 = p``; after a rejection
+``r_{j+1} = (r_j - q_j)^+ / Z``. The first accepted child is emitted and verification
+continues in its subtree; if every child is rejected, a token drawn from the last
+residual is emitted and the cycle ends; at an accepted leaf a bonus token is drawn from
+the target's law there. The emitted text has exactly the target's law whatever the
+widths, provided ``q_j`` is the law child ``j`` was really drawn from:
+
+``"with"``
+    Children drawn independently from ``q`` (with replacement): ``q_j = q``.
+``"without"``
+    Children drawn from ``q`` without replacement: ``q_j`` is ``q`` restricted to the
+    tokens not yet drawn, renormalised (Jeon et al. 2024, recursive speculative decoding;
+    EAGLE's sampling path adjusts the draft law this way, SafeAILab/EAGLE issue #74).
+``"topk"``
+    The draft's ``k`` most likely tokens, deterministically (EAGLE-2's top-k expansion):
+    ``q_j`` is a point mass on ``x_j``, so ``x_j`` is accepted with probability ``r_j(x_j)``
+    and the residual is ``r_j`` with ``x_j`` removed. Exact as well, which settles the
+    claim of SafeAILab/EAGLE issues #183, #221 and #329 that a deterministic top-k tree
+    cannot be verified losslessly.
+
+A chain of ``gamma`` drafts is the tree with widths ``(1,) * gamma``; ``k`` drafts per
+position are widths ``(k,) * depth``. Flawed variants (:data:`FLAWED_VARIANTS`):
+
+``"original_q"``
+    Children drawn without replacement, but verified with the unadjusted draft law
+    ``q`` in the ratio and the residual (the question of SafeAILab/EAGLE issue #74).
+``"no_residual_update"``
+    Every child is tested against the node's target law ``p`` itself (``r_j = p``), and
+    only the final correction uses ``(p - q)^+``: the residual is not carried from one
+    sibling to the next.
+
+References
+----------
+.. [1] X. Miao et al., "SpecInfer: Accelerating Large Language Model Serving with
+   Tree-based Speculative Inference and Verification", ASPLOS 2024, Sec. 4, Algorithm 2
+   (multi-step speculative sampling) and Theorem 4.2.
+.. [2] W. Jeon et al., "Recursive Speculative Decoding: Accelerating LLM Inference via
+   Sampling Without Replacement", arXiv:2402.14160, 2024.
+.. [3] Y. Li, F. Wei, C. Zhang, H. Zhang, "EAGLE-2: Faster Inference of Language Models
+   with Dynamic Draft Trees", EMNLP 2024 (top-k tree expansion).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import product
+
+from . import cycles
+from .cycles import LawOracle
+from .laws import LawError, check_int
+from .models import ToyModel, check_prefix
+
+__all__ = [
+    "DRAFTING",
+    "VARIANTS",
+    "EXACT_VARIANTS",
+    "FLAWED_VARIANTS",
+    "ISSUES",
+    "check_widths",
+    "scored_positions",
+    "candidate_sets",
+    "node_law",
+    "cycle_outcomes",
+    "sequence_law",
+    "accepted_count_law",
+    "mean_accepted",
+]
+
+#: How the children of a node are drafted.
+DRAFTING: tuple[str, ...] = ("with", "without", "topk")
+#: Verification variants: ``"exact"`` is recursive rejection sampling with the law each
+#: child was drawn from; the others are flawed (see the module docstring).
+VARIANTS: tuple[str, ...] = ("exact", "original_q", "no_residual_update")
+EXACT_VARIANTS: tuple[str, ...] = ("exact",)
+FLAWED_VARIANTS: tuple[str, ...] = ("original_q", "no_residual_update")
+#: Public threads each rule or flaw settles.
+ISSUES: dict[str, str] = {
+    "original_q": "https://github.com/SafeAILab/EAGLE/issues/74",
+    "topk": "https://github.com/SafeAILab/EAGLE/issues/329",
+}
+
+
+def check_widths(widths) -> tuple[int, ...]:
+    """Validate tree widths: a non-empty sequence of integers >= 1 (children per depth).
+
+    Raises
+    ------
+    LawError
+        Naming ``widths`` and the rule broken.
+    """
+    try:
+        ws = tuple(widths)
+    except TypeError:
+        raise LawError(f"widths: must be a sequence of integers >= 1 (got {widths!r})") from None
+    if not ws:
+        raise LawError("widths: must have at least one depth")
+    return tuple(check_int(w, "widths", minimum=1) for w in ws)
+
+
+def scored_positions(widths) -> int:
+    """Positions the target scores per cycle: every tree node, the root included.
+
+    A chain of ``gamma`` drafts scores ``gamma + 1`` positions (the bonus position
+    included); a tree of widths ``(k_1, .., k_d)`` scores
+    ``1 + k_1 + k_1 k_2 + .. + k_1 .. k_d``.
+
+    Examples
+    --------
+    >>> scored_positions((1, 1, 1)), scored_positions((2, 2)), scored_positions((3, 1))
+    (4, 7, 7)
+    """
+    ws = check_widths(widths)
+    total, level = 1, 1
+    for w in ws:
+        level *= w
+        total += level
+    return total
+
+
+def _check(drafting: str, variant: str) -> None:
+    if drafting not in DRAFTING:
+        raise LawError(f"drafting: must be one of {DRAFTING} (got {drafting!r})")
+    if variant not in VARIANTS:
+        raise LawError(f"variant: must be one of {VARIANTS} (got {variant!r})")
+    if variant == "original_q" and drafting != "without":
+        raise LawError("variant: 'original_q' is a flaw of drafting without replacement (drafting='without')")
+
+
+def candidate_sets(q: list, k: int, drafting: str) -> list:
+    """Every ordered list of ``k`` children with its probability and the laws they came from.
+
+    Parameters
+    ----------
+    q : list of float or Fraction
+        The draft's law at the node.
+    k : int
+        Number of children (capped at the support size when drafting without
+        replacement or top-k).
+    drafting : str
+        One of :data:`DRAFTING`.
+
+    Returns
+    -------
+    list of (probability, tokens, laws)
+        ``laws[j]`` is the law child ``j`` was drawn from (``q``; ``q`` renormalised on
+        the tokens not yet drawn; or a point mass).
+
+    Examples
+    --------
+    >>> [(w, t) for w, t, _ in candidate_sets([0.5, 0.25, 0.25], 2, "without")][:2]
+    [(0.25, (0, 1)), (0.25, (0, 2))]
+    """
+    support = [x for x, w in enumerate(q) if w > 0]
+    zero, one = 0 * q[0], 0 * q[0] + 1
+    if drafting == "with":
+        return [(_prod(q[x] for x in xs), xs, [q] * k) for xs in product(support, repeat=k)]
+    k = min(k, len(support))
+    if drafting == "topk":
+        order = sorted(support, key=lambda x: (-q[x], x))[:k]
+        laws = []
+        for x in order:
+            point = [zero] * len(q)
+            point[x] = one
+            laws.append(point)
+        return [(one, tuple(order), laws)]
+    out = []
+
+    def rec(xs, prob, laws, left):
+        if len(xs) == k:
+            out.append((prob, xs, laws))
+            return
+        mass = sum(q[y] for y in left)
+        law = [q[y] / mass if y in left else zero for y in range(len(q))]
+        for y in sorted(left):
+            rec(xs + (y,), prob * law[y], laws + [law], left - {y})
+
+    rec((), one, [], frozenset(support))
+    return out
+
+
+def _prod(values):
+    out = 1
+    for v in values:
+        out = out * v
+    return out
+
+
+def _rrs(p: list, q: list, xs: tuple, laws: list, variant: str) -> tuple[list, list, object]:
+    """Recursive rejection over one node's children.
+
+    Returns ``(accept, final_law, final_mass)``: ``accept[j]`` is the probability that
+    child ``j`` is the first accepted; ``final_law / final_mass`` is the law of the
+    correction emitted when all are rejected (weight ``1 - sum(accept)``).
+    """
+    one = 0 * p[0] + 1
+    r = list(p)
+    stay = one
+    accept = []
+    for x, law in zip(xs, laws):
+        prop = q if variant == "original_q" else law
+        a = min(r[x] / prop[x], one) if prop[x] > 0 else one
+        accept.append(stay * a)
+        stay = stay * (one - a)
+        if variant == "no_residual_update":
+            continue
+        plus = [max(ri - qi, 0 * qi) for ri, qi in zip(r, prop)]
+        z = sum(plus)
+        r = [v / z for v in plus] if z > 0 else r
+    if variant == "no_residual_update":
+        plus = [max(pi - qi, 0 * qi) for pi, qi in zip(p, q)]
+        z = sum(plus)
+        return accept, (plus if z > 0 else list(p)), (z if z > 0 else one)
+    return accept, r, sum(r)
+
+
+def node_law(oracle: LawOracle, ctx: tuple, widths, drafting: str = "with",
+             variant: str = "exact") -> dict:
+    """Law of what verification emits from a node at context ``ctx``.
+
+    Parameters
+    ----------
+    oracle : LawOracle
+        Target and draft laws.
+    ctx : tuple of int
+        The node's context (confirmed text and the drafted tokens above the node).
+    widths : sequence of int
+        Children per depth below this node (empty: a leaf, which emits a bonus token).
+    drafting, variant : str
+        See :data:`DRAFTING`, :data:`VARIANTS`.
+
+    Returns
+    -------
+    dict[(emitted, n_accepted), probability]
+    """
+    widths = tuple(widths)
+    memo: dict = {}
+    eos = oracle.eos
+
+    def law_at(c, depth):
+        key = (oracle.canon(c), depth)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        p = oracle.p(c)
+        out: dict = defaultdict(int)
+        if depth == len(widths):
+            for y, w in enumerate(p):
+                if w > 0:
+                    out[((y,), 0)] += w
+            memo[key] = out
+            return out
+        q = oracle.q(c)
+        for prob, xs, laws in candidate_sets(q, widths[depth], drafting):
+            accept, final, mass = _rrs(p, q, xs, laws, variant)
+            for x, a in zip(xs, accept):
+                if a <= 0:
+                    continue
+                if x == eos:
+                    out[((x,), 1)] += prob * a
+                    continue
+                for (em, n), w in law_at(c + (x,), depth + 1).items():
+                    out[((x,) + em, n + 1)] += prob * a * w
+            rest = 1 - sum(accept)
+            if rest > 0 and mass > 0:
+                for y, m in enumerate(final):
+                    if m > 0:
+                        out[((y,), 0)] += prob * rest * m / mass
+        memo[key] = out
+        return out
+
+    return dict(law_at(tuple(ctx), 0))
+
+
+def cycle_outcomes(oracle: LawOracle, ctx: tuple, widths, drafting: str = "with",
+                   variant: str = "exact") -> list:
+    """Outcomes ``(probability, emitted, n_accepted)`` of one tree cycle from ``ctx``.
+
+    Raises
+    ------
+    LawError
+        Invalid widths, drafting or variant.
+    """
+    widths = check_widths(widths)
+    _check(drafting, variant)
+    return [(w, em, n) for (em, n), w in node_law(oracle, ctx, widths, drafting, variant).items()]
+
+
+def sequence_law(target: ToyModel, draft: ToyModel, prefix, widths, length: int,
+                 drafting: str = "with", variant: str = "exact") -> dict:
+    """Exact law of the first ``length`` tokens emitted by repeated tree cycles.
+
+    Parameters
+    ----------
+    target, draft : ToyModel
+        Same vocabulary and EOS id.
+    prefix : sequence of int
+        Prompt (no EOS).
+    widths : sequence of int
+        Children per depth; ``(1,) * gamma`` is a chain.
+    length : int
+        Tokens whose law is computed.
+    drafting, variant : str
+        See :data:`DRAFTING`, :data:`VARIANTS`.
+
+    Returns
+    -------
+    dict[tuple[int, ...], float]
+        Equal to the target's law for ``variant="exact"`` (SpecInfer, Theorem 4.2).
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair, sequence_law as target_law
+    >>> from specdec.block import law_tv
+    >>> p, q = toy_pair()
+    >>> law = sequence_law(p, q, (), (2, 2), 3, drafting="without")
+    >>> round(law_tv(law, target_law(p, (), 3)), 12)
+    0.0
+    """
+    oracle = cycles.model_oracle(target, draft)
+    widths = check_widths(widths)
+    _check(drafting, variant)
+    return cycles.rule_sequence_law(lambda ctx: cycle_outcomes(oracle, ctx, widths, drafting, variant),
+                                    oracle, prefix, length)
+
+
+def accepted_count_law(target, draft, prefix, widths, drafting: str = "with",
+                       variant: str = "exact") -> list:
+    """Exact law of the accepted depth (drafted tokens kept) of one tree cycle.
+
+    ``target`` may be a :class:`~specdec.cycles.LawOracle` (``draft`` is then ignored).
+
+    Returns
+    -------
+    list, length ``len(widths) + 1``
+
+    Examples
+    --------
+    >>> from specdec.cycles import fixed_oracle
+    >>> law = accepted_count_law(fixed_oracle([0.5, 0.5], [0.5, 0.5]), None, (), (1, 1))
+    >>> [float(round(x, 12)) for x in law]
+    [0.0, 0.0, 1.0]
+    """
+    widths = check_widths(widths)
+    if isinstance(target, LawOracle):
+        oracle, ctx = target, tuple(prefix)
+    else:
+        oracle = cycles.model_oracle(target, draft)
+        ctx = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
+    return cycles.accepted_count_law(cycle_outcomes(oracle, ctx, widths, drafting, variant), len(widths))
+
+
+def mean_accepted(target, draft, prefix, widths, drafting: str = "with", variant: str = "exact"):
+    """Expected drafted tokens accepted per tree cycle."""
+    law = accepted_count_law(target, draft, prefix, widths, drafting, variant)
+    return sum(i * w for i, w in enumerate(law))
