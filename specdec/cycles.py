@@ -56,6 +56,8 @@ __all__ = [
     "check_rng",
     "check_models",
     "tempered",
+    "path_accepted_law",
+    "real_paths",
 ]
 
 #: ``(probability, emitted tokens, number of accepted drafted tokens)``.
@@ -418,3 +420,80 @@ def emitted_count_law(outcomes, max_emitted: int) -> list:
 def mean_accepted(outcomes):
     """Expected number of accepted drafted tokens per cycle (exact for fractions)."""
     return sum(pr * n_acc for pr, _, n_acc in outcomes)
+
+
+# --------------------------------------------------------------------------------------
+# Paths of real models
+# --------------------------------------------------------------------------------------
+
+
+def path_accepted_law(path: DraftPath, verify: Callable) -> list:
+    """Law of the accepted count given one draft path, for a chain verifier.
+
+    Returns
+    -------
+    list, length ``len(path.tokens) + 1``
+    """
+    out = [0.0] * (len(path.tokens) + 1)
+    for w, _, n in verify(path):
+        out[n] += w
+    return out
+
+
+def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greedy: bool = False) -> list[DraftPath]:
+    """Draft paths of the book's real models (:mod:`specdec.nn`) from given contexts.
+
+    For each context the draft proposes ``gamma`` tokens (sampled from its law under
+    ``settings``, or greedy), and one target pass scores the ``gamma + 1`` positions. The
+    returned paths carry the laws each verifier needs, so the accepted-count law of any
+    chain rule given the path is exact (:func:`path_accepted_law`); averaging over paths
+    estimates the rule's accepted tokens per cycle on the real models, with the same
+    drafts for every rule.
+
+    Parameters
+    ----------
+    target, draft : specdec.nn.Transformer
+        Same vocabulary.
+    contexts : sequence of sequence of int
+        Confirmed contexts (prompt and text), one path each, all of the same length
+        (the models run on them as one batch).
+    gamma : int
+        Draft length.
+    rng : numpy.random.Generator or int
+    settings : specdec.decode.SamplingSettings, optional
+        Applied to both models' logits (default: temperature 1).
+    greedy : bool
+        Greedy draft (its law is then a point mass).
+
+    Returns
+    -------
+    list of DraftPath
+        ``prob`` is 1 for each (the paths are samples, not an enumeration).
+    """
+    from .decode import SamplingSettings, sample_from
+
+    settings = settings or SamplingSettings()
+    gamma = check_int(gamma, "gamma", minimum=1)
+    rng = check_rng(rng)
+    seq = np.array([[int(t) for t in c] for c in contexts], dtype=np.int64)
+    if seq.ndim != 2 or seq.shape[0] == 0 or seq.shape[1] == 0:
+        raise LawError("contexts: must be a non-empty list of non-empty contexts of one length")
+    n, c0 = seq.shape
+    qs = []
+    for _ in range(gamma):                       # one batched draft pass per position
+        q = settings.laws(draft.forward(seq)[:, -1])
+        if greedy:
+            x = np.argmax(q, axis=1)
+            q = np.zeros_like(q)
+            q[np.arange(n), x] = 1.0
+        else:
+            x = np.array([sample_from(row, rng) for row in q])
+        qs.append(q)
+        seq = np.concatenate([seq, x[:, None]], axis=1)
+    logits = target.forward(seq)[:, c0 - 1:]     # one target pass: gamma + 1 positions
+    out = []
+    for i in range(n):
+        ps = settings.laws(logits[i])
+        out.append(DraftPath(tuple(int(t) for t in seq[i, c0:]), 1.0,
+                             tuple(row.tolist() for row in ps), tuple(q[i].tolist() for q in qs)))
+    return out
