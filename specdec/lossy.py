@@ -60,6 +60,10 @@ __all__ = [
     "LossyPoint",
     "measure",
     "sweep",
+    "sample_cycle",
+    "LossEstimate",
+    "estimate_loss",
+    "decode_counts",
 ]
 
 RULES: tuple[str, ...] = ("typical", "lenient", "relaxed")
@@ -302,3 +306,152 @@ def sweep(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, ru
     """
     return [measure(target, draft, prefix, gamma, length, rule, params, temperature=t, greedy=greedy)
             for t in temperatures for params in grid]
+
+
+# --------------------------------------------------------------------------------------
+# Measuring a sampler's loss
+# --------------------------------------------------------------------------------------
+
+
+def _draw(law, u: float) -> int:
+    c = np.cumsum(np.asarray(law, dtype=float))
+    c /= c[-1]
+    return int(min(np.searchsorted(c, u, side="right"), len(c) - 1))
+
+
+def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng, rule: str,
+                 params: dict | None = None) -> tuple[tuple[int, ...], int, int]:
+    """One cycle of a lossy rule, sampled (the block-sampler convention of the kit).
+
+    Returns
+    -------
+    (emitted, n_accepted, n_proposed)
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> emitted, n, k = sample_cycle(p, q, (), 3, np.random.default_rng(0), "typical")
+    >>> 1 <= len(emitted) <= 4 and n <= k <= 3
+    True
+    """
+    cycles.check_models(target, draft)
+    params = check_params(rule, params)
+    rng = cycles.check_rng(rng)
+    ctx = tuple(prefix)
+    props: list[int] = []
+    while len(props) < gamma and not (props and props[-1] == target.eos):
+        props.append(_draw(draft.next_law(ctx + tuple(props)), rng.random()))
+    for i, x in enumerate(props):
+        here = ctx + tuple(props[:i])
+        p, q = target.next_law(here).tolist(), draft.next_law(here).tolist()
+        if rng.random() >= _accept_prob(rule, params, p, q, x):
+            return tuple(props[:i]) + (_draw(_recovery(rule, p, q), rng.random()),), i, len(props)
+    if props[-1] == target.eos:
+        return tuple(props), len(props), len(props)
+    bonus = _draw(target.next_law(ctx + tuple(props)), rng.random())
+    return tuple(props) + (bonus,), len(props), len(props)
+
+
+@dataclass(frozen=True)
+class LossEstimate:
+    """How far a sampler's law is from the target's, estimated from its output.
+
+    Attributes
+    ----------
+    trials : int
+        Decodes counted.
+    tv : specdec.stats.TvInterval
+        Plug-in TV over the sequences and an interval valid for every number of trials
+        (Weissman et al.'s bound).
+    kl : float
+        Plug-in ``KL(frequencies || target)`` in nats (biased upwards by noise).
+    kl_low, kl_high : float
+        Multinomial bootstrap percentile interval of the plug-in KL (approximate).
+    exact_tv, exact_kl : float or None
+        The exact values when the rule's law is known (to check the interval).
+    """
+
+    trials: int
+    tv: object
+    kl: float
+    kl_low: float
+    kl_high: float
+    exact_tv: float | None = None
+    exact_kl: float | None = None
+
+
+def estimate_loss(counts: dict, reference: dict, *, rng, confidence: float = 0.95,
+                  resamples: int = 2000, exact: dict | None = None) -> LossEstimate:
+    """TV and KL between observed sequence counts and the target's exact law, with intervals.
+
+    Parameters
+    ----------
+    counts : dict[tuple, int]
+        How often each sequence was emitted.
+    reference : dict[tuple, float]
+        The target's exact sequence law (:func:`specdec.models.sequence_law`).
+    rng : numpy.random.Generator or int
+        For the KL bootstrap.
+    confidence : float
+        Coverage of both intervals.
+    resamples : int
+        Bootstrap resamples.
+    exact : dict, optional
+        The rule's exact law, if known: its TV and KL are reported beside the estimates.
+
+    Returns
+    -------
+    LossEstimate
+
+    Raises
+    ------
+    LawError
+        Empty counts, or a counted sequence outside the reference's keys and lengths.
+    """
+    from .stats import tv_ci
+
+    rng = cycles.check_rng(rng)
+    if not counts or sum(counts.values()) <= 0:
+        raise LawError("counts: must count at least one sequence")
+    keys, (f, ref) = align_laws({k: float(v) for k, v in counts.items()}, reference)
+    n = int(round(f.sum()))
+    ci = tv_ci(np.rint(f).astype(np.int64), ref / ref.sum(), confidence, method="bound")
+
+    def kl_of(freq):
+        m = freq > 0
+        with np.errstate(divide="ignore"):
+            return float(np.sum(freq[m] * np.log(freq[m] / ref[m])))
+
+    freq = f / n
+    boots = rng.multinomial(n, freq, size=check_int(resamples, "resamples", minimum=100)) / n
+    kls = np.array([kl_of(b) for b in boots])
+    lo, hi = np.quantile(kls, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return LossEstimate(trials=n, tv=ci, kl=kl_of(freq), kl_low=float(lo), kl_high=float(hi),
+                        exact_tv=None if exact is None else law_tv(exact, reference),
+                        exact_kl=None if exact is None else kl_divergence(exact, reference))
+
+
+def decode_counts(sampler, target: ToyModel, draft: ToyModel, prefix, gamma, length: int,
+                  trials: int, rng) -> dict:
+    """Decode ``trials`` times with a cycle sampler and count the first ``length`` tokens.
+
+    ``sampler(target, draft, prefix, gamma, rng)`` returns the emitted tokens (or a tuple
+    whose first item they are), as the kit's block samplers do; decoding stops at
+    ``length`` tokens or end-of-sequence.
+    """
+    rng = cycles.check_rng(rng)
+    length = check_int(length, "length", minimum=1)
+    eos = target.eos
+    out: dict = {}
+    for _ in range(check_int(trials, "trials", minimum=1)):
+        text: tuple = ()
+        while len(text) < length and (eos is None or eos not in text):
+            res = sampler(target, draft, tuple(prefix) + text, gamma, rng)
+            emitted = res[0] if isinstance(res, tuple) and res and isinstance(res[0], tuple) else res
+            text += tuple(int(t) for t in emitted)
+        if eos is not None and eos in text:
+            text = text[: text.index(eos) + 1]
+        key = text[:length]
+        out[key] = out.get(key, 0) + 1
+    return out

@@ -60,6 +60,7 @@ __all__ = [
     "MatchingRun",
     "generate",
     "target_only",
+    "sample_cycle",
 ]
 
 VARIANTS: tuple[str, ...] = ("matching", "resample_on_mismatch")
@@ -346,3 +347,41 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
         if eos is not None and eos in text:
             text = text[: text.index(eos) + 1]
     return MatchingRun(tokens=text[:length], n_cycles=len(accepted), accepted=tuple(accepted))
+
+
+def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng, *, greedy: bool = False,
+                 variant: str = "matching") -> tuple[tuple[int, ...], int, int]:
+    """One cycle of the matching rule (or its flaw), sampled (the kit's block convention).
+
+    Returns
+    -------
+    (emitted, n_accepted, n_proposed)
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> emitted, n, k = sample_cycle(p, q, (), 3, np.random.default_rng(0))
+    >>> 1 <= len(emitted) <= 4 and n <= k <= 3
+    True
+    """
+    cycles.check_models(target, draft)
+    ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
+    gamma = check_int(gamma, "gamma", minimum=1)
+    variant = _check_variant(variant)
+    rng = cycles.check_rng(rng)
+    eos = target.eos
+    props: list[int] = []
+    while len(props) < gamma and not (props and props[-1] == eos):
+        q = draft.next_law(ctx + tuple(props))
+        props.append(int(np.argmax(q)) if greedy else _inverse_cdf(q, rng.random()))
+    for i, x in enumerate(props):
+        p = target.next_law(ctx + tuple(props[:i]))
+        y = _inverse_cdf(p, rng.random())
+        if y != x:
+            if variant == "resample_on_mismatch":
+                y = _inverse_cdf(p, rng.random())
+            return tuple(props[:i]) + (y,), i, len(props)
+    if props[-1] == eos:
+        return tuple(props), len(props), len(props)
+    return tuple(props) + (_inverse_cdf(target.next_law(ctx + tuple(props)), rng.random()),), len(props), len(props)

@@ -53,6 +53,8 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import product
 
+import numpy as np
+
 from . import cycles
 from .cycles import LawOracle
 from .laws import LawError, check_int
@@ -72,6 +74,7 @@ __all__ = [
     "sequence_law",
     "accepted_count_law",
     "mean_accepted",
+    "sample_cycle",
 ]
 
 #: How the children of a node are drafted.
@@ -361,3 +364,87 @@ def mean_accepted(target, draft, prefix, widths, drafting: str = "with", variant
     """Expected drafted tokens accepted per tree cycle."""
     law = accepted_count_law(target, draft, prefix, widths, drafting, variant)
     return sum(i * w for i, w in enumerate(law))
+
+
+def _draw(law, u: float) -> int:
+    c = np.cumsum(np.asarray(law, dtype=float))
+    c /= c[-1]
+    return int(min(np.searchsorted(c, u, side="right"), len(c) - 1))
+
+
+def _draw_children(q: np.ndarray, k: int, drafting: str, rng) -> tuple[list, list]:
+    if drafting == "topk":
+        order = sorted(np.flatnonzero(q > 0).tolist(), key=lambda x: (-q[x], x))[:k]
+        laws = []
+        for x in order:
+            point = np.zeros_like(q)
+            point[x] = 1.0
+            laws.append(point)
+        return order, laws
+    xs, laws, left = [], [], q.copy()
+    for _ in range(min(k, int((q > 0).sum())) if drafting == "without" else k):
+        law = left / left.sum() if drafting == "without" else q
+        x = _draw(law, rng.random())
+        xs.append(x)
+        laws.append(law)
+        if drafting == "without":
+            left = left.copy()
+            left[x] = 0.0
+    return xs, laws
+
+
+def sample_cycle(target: ToyModel, draft: ToyModel, prefix, widths, rng, drafting: str = "with",
+                 variant: str = "exact") -> tuple[tuple[int, ...], int, int]:
+    """One tree cycle, sampled (reference implementation, for reading and for the kit).
+
+    Only the subtree of the accepted child is drafted: the other subtrees are independent
+    of everything emitted, so drafting them lazily does not change the law.
+
+    Returns
+    -------
+    (emitted, n_accepted, depth)
+        ``depth = len(widths)`` plays the role of ``n_proposed`` (the most tokens a cycle
+        can accept).
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> emitted, n, depth = sample_cycle(p, q, (), (2, 2), np.random.default_rng(0), "without")
+    >>> 1 <= len(emitted) <= 3 and n <= depth == 2
+    True
+    """
+    cycles.check_models(target, draft)
+    ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
+    widths = check_widths(widths)
+    _check(drafting, variant)
+    rng = cycles.check_rng(rng)
+    emitted: list[int] = []
+    for depth in range(len(widths) + 1):
+        here = ctx + tuple(emitted)
+        p = target.next_law(here)
+        if depth == len(widths):
+            emitted.append(_draw(p, rng.random()))
+            return tuple(emitted), depth, len(widths)
+        q = draft.next_law(here)
+        xs, laws = _draw_children(q, widths[depth], drafting, rng)
+        r = p.copy()
+        chosen = None
+        for x, law in zip(xs, laws):
+            prop = q if variant == "original_q" else law
+            if rng.random() * prop[x] < r[x]:
+                chosen = x
+                break
+            if variant != "no_residual_update":
+                plus = np.maximum(r - prop, 0.0)
+                r = plus / plus.sum() if plus.sum() > 0 else r
+        if chosen is None:
+            final = np.maximum(p - q, 0.0) if variant == "no_residual_update" else r
+            if final.sum() <= 0:
+                final = p
+            emitted.append(_draw(final, rng.random()))
+            return tuple(emitted), depth, len(widths)
+        emitted.append(chosen)
+        if chosen == target.eos:
+            return tuple(emitted), depth + 1, len(widths)
+    raise AssertionError("unreachable")  # pragma: no cover

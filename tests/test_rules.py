@@ -286,3 +286,52 @@ def test_lossy_errors():
     with pytest.raises(LawError, match="temperature"):
         cycles.tempered(toy_pair()[0], 0.0)
     assert lossy.kl_divergence({(0,): 1.0}, {(1,): 1.0}) == math.inf
+
+
+@pytest.mark.parametrize("widths,drafting,variant", [((2, 2), "without", "exact"), ((3, 1), "topk", "exact"),
+                                                     ((2, 1), "with", "no_residual_update")])
+def test_tree_sampler_matches_enumeration(widths, drafting, variant):
+    p, q = toy_pair()
+    rng = np.random.default_rng(3)
+    n = 5_000
+    counts = np.zeros(len(widths) + 1, dtype=np.int64)
+    for _ in range(n):
+        emitted, k, depth = md.sample_cycle(p, q, (), widths, rng, drafting, variant)
+        assert depth == len(widths) and 1 <= len(emitted) <= depth + 1
+        counts[k] += 1
+    law = np.array(md.accepted_count_law(p, q, (), widths, drafting, variant), dtype=float)
+    stats.assert_law(counts[law > 0], law[law > 0], false_alarm=FALSE_ALARM)
+
+
+@pytest.mark.parametrize("variant", matching.VARIANTS)
+def test_matching_sampler_matches_enumeration(variant):
+    p, q = toy_pair()
+    rng = np.random.default_rng(4)
+    n, gamma = 6_000, 3
+    counts: dict = {}
+    for _ in range(n):
+        emitted, k, k_prop = matching.sample_cycle(p, q, (), gamma, rng, variant=variant)
+        assert k <= k_prop <= gamma
+        counts[emitted] = counts.get(emitted, 0) + 1
+    outs = matching.cycle_outcomes(cycles.model_oracle(p, q), (), gamma, variant=variant)
+    law: dict = {}
+    for w, em, _ in outs:
+        law[em] = law.get(em, 0.0) + w
+    assert set(counts) <= set(law)
+    keys = sorted(law)
+    stats.assert_law(np.array([counts.get(k, 0) for k in keys]), np.array([law[k] for k in keys]),
+                     false_alarm=FALSE_ALARM)
+
+
+def test_lossy_measurement_interval_covers_exact_tv():
+    p, q = toy_pair()
+    for rule, params in (("typical", None), ("lenient", {"t_acc": 0.5})):
+        counts = lossy.decode_counts(lambda *a: lossy.sample_cycle(*a, rule, params), p, q, (), 3, 2,
+                                     3_000, 11)
+        exact = lossy.sequence_law(p, q, (), 3, 2, rule, params)
+        est = lossy.estimate_loss(counts, sequence_law(p, (), 2), rng=12, confidence=1 - 1e-9,
+                                  resamples=200, exact=exact)
+        assert est.tv.low <= est.exact_tv <= est.tv.high     # the bound fails w.p. <= 1e-9
+        assert est.kl_low <= est.kl_high and est.trials == 3_000
+    with pytest.raises(LawError, match="counts"):
+        lossy.estimate_loss({}, sequence_law(p, (), 2), rng=1)
