@@ -55,6 +55,7 @@ from fractions import Fraction
 import numpy as np
 
 from . import cycles
+from .verify import check_rng
 from .cycles import DraftPath, LawOracle
 from .laws import LawError, check_int
 from .models import ToyModel, check_prefix
@@ -94,7 +95,7 @@ ISSUES: dict[str, str] = {
 
 def _check_variant(variant: str) -> str:
     if variant not in VARIANTS:
-        raise LawError(f"variant: must be one of {VARIANTS} (got {variant!r})")
+        raise ValueError(f"variant: must be one of {VARIANTS} (got {variant!r})")
     return variant
 
 
@@ -218,7 +219,7 @@ def block_verify(path: DraftPath, variant: str = "block") -> list:
 
     Raises
     ------
-    LawError
+    ValueError
         Unknown variant.
     """
     variant = _check_variant(variant)
@@ -423,11 +424,6 @@ def paper_example() -> PaperExample:
                         token_law=tuple(tl), block_law=tuple(bl))
 
 
-def _draw(law, u: float) -> int:
-    c = np.cumsum(np.asarray(law, dtype=float))
-    c /= c[-1]
-    return int(min(np.searchsorted(c, u, side="right"), len(c) - 1))
-
 
 def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng,
                  variant: str = "block") -> tuple[tuple[int, ...], int]:
@@ -451,13 +447,13 @@ def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng,
     cycles.check_models(target, draft)
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
-    rng = cycles.check_rng(rng)
+    rng = check_rng(rng)
     variant = _check_variant(variant)
     toks, ps, qs = [], [], []
     while len(toks) < gamma and not (toks and toks[-1] == target.eos):
         here = ctx + tuple(toks)
         q = draft.next_law(here)
-        toks.append(_draw(q, rng.random()))
+        toks.append(cycles.draw_weights(q, rng.random()))
         ps.append(target.next_law(here).tolist())
         qs.append(q.tolist())
     if toks[-1] != target.eos:
@@ -490,4 +486,4 @@ def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng,
     u = rng.random()
     if law is None:
         return tuple(toks), k
-    return tuple(toks[:tau]) + (_draw(law, u),), tau
+    return tuple(toks[:tau]) + (cycles.draw_weights(law, u),), tau

@@ -40,6 +40,7 @@ import numpy as np
 
 from .laws import LawError, check_int, check_law
 from .models import ToyModel, check_prefix
+from .verify import check_rng, draw
 
 __all__ = [
     "Outcome",
@@ -53,9 +54,9 @@ __all__ = [
     "accepted_count_law",
     "emitted_count_law",
     "mean_accepted",
-    "check_rng",
     "check_models",
     "tempered",
+    "draw_weights",
     "path_accepted_law",
     "real_paths",
 ]
@@ -64,30 +65,23 @@ __all__ = [
 Outcome = tuple
 
 
-def check_rng(rng) -> np.random.Generator:
-    """Return ``rng`` if it is a :class:`numpy.random.Generator`, else a seeded one.
+def check_models(target, draft) -> None:
+    """Both are :class:`~specdec.models.ToyModel` with the same vocabulary and EOS id.
 
     Raises
     ------
-    LawError
-        If ``rng`` is neither a Generator nor a non-negative integer seed.
+    TypeError
+        A model is not a ToyModel.
+    ValueError
+        Vocabulary sizes or EOS ids differ.
     """
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0:
-        return np.random.default_rng(int(rng))
-    raise LawError(f"rng: must be a numpy.random.Generator or a seed >= 0 (got {type(rng).__name__})")
-
-
-def check_models(target, draft) -> None:
-    """Both are :class:`~specdec.models.ToyModel` with the same vocabulary and EOS id."""
     for nm, m in (("target", target), ("draft", draft)):
         if not isinstance(m, ToyModel):
-            raise LawError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
+            raise TypeError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
     if draft.vocab_size != target.vocab_size:
-        raise LawError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
+        raise ValueError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
     if draft.eos != target.eos:
-        raise LawError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
+        raise ValueError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
 
 
 def tempered(model: ToyModel, temperature: float, *, name: str | None = None) -> ToyModel:
@@ -129,6 +123,12 @@ def tempered(model: ToyModel, temperature: float, *, name: str | None = None) ->
     w /= w.sum(axis=-1, keepdims=True)
     return ToyModel(model.vocab_size, model.eos, table=w, order=model.order,
                     name=name or f"{model.name} (T = {t:g})")
+
+
+def draw_weights(weights, u: float) -> int:
+    """One token from non-negative weights (normalised here) with :func:`specdec.verify.draw`."""
+    w = np.asarray(weights, dtype=float)
+    return int(draw(w / w.sum(), u))
 
 
 # --------------------------------------------------------------------------------------
@@ -470,7 +470,7 @@ def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greed
     list of DraftPath
         ``prob`` is 1 for each (the paths are samples, not an enumeration).
     """
-    from .decode import SamplingSettings, sample_from
+    from .decode import SamplingSettings
 
     settings = settings or SamplingSettings()
     gamma = check_int(gamma, "gamma", minimum=1)
@@ -487,7 +487,7 @@ def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greed
             q = np.zeros_like(q)
             q[np.arange(n), x] = 1.0
         else:
-            x = np.array([sample_from(row, rng) for row in q])
+            x = np.asarray(draw(q, rng.random(n)), dtype=np.int64)
         qs.append(q)
         seq = np.concatenate([seq, x[:, None]], axis=1)
     logits = target.forward(seq)[:, c0 - 1:]     # one target pass: gamma + 1 positions

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import cycles
+from .verify import check_rng
 from .block import align_laws, law_tv
 from .cycles import DraftPath
 from .laws import LawError, check_int
@@ -91,11 +92,11 @@ def check_params(rule: str, params: dict | None = None) -> dict:
     {'epsilon': 0.2, 'delta': 0.3}
     """
     if rule not in RULES:
-        raise LawError(f"rule: must be one of {RULES} (got {rule!r})")
+        raise ValueError(f"rule: must be one of {RULES} (got {rule!r})")
     out = dict(DEFAULTS[rule])
     for k, v in (params or {}).items():
         if k not in out:
-            raise LawError(f"params: {rule!r} takes {sorted(out)} (got {k!r})")
+            raise ValueError(f"params: {rule!r} takes {sorted(out)} (got {k!r})")
         out[k] = v
     if rule == "relaxed":
         out["top_k"] = check_int(out["top_k"], "top_k", minimum=1)
@@ -313,11 +314,6 @@ def sweep(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, ru
 # --------------------------------------------------------------------------------------
 
 
-def _draw(law, u: float) -> int:
-    c = np.cumsum(np.asarray(law, dtype=float))
-    c /= c[-1]
-    return int(min(np.searchsorted(c, u, side="right"), len(c) - 1))
-
 
 def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng, rule: str,
                  params: dict | None = None) -> tuple[tuple[int, ...], int, int]:
@@ -337,19 +333,19 @@ def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng, rul
     """
     cycles.check_models(target, draft)
     params = check_params(rule, params)
-    rng = cycles.check_rng(rng)
+    rng = check_rng(rng)
     ctx = tuple(prefix)
     props: list[int] = []
     while len(props) < gamma and not (props and props[-1] == target.eos):
-        props.append(_draw(draft.next_law(ctx + tuple(props)), rng.random()))
+        props.append(cycles.draw_weights(draft.next_law(ctx + tuple(props)), rng.random()))
     for i, x in enumerate(props):
         here = ctx + tuple(props[:i])
         p, q = target.next_law(here).tolist(), draft.next_law(here).tolist()
         if rng.random() >= _accept_prob(rule, params, p, q, x):
-            return tuple(props[:i]) + (_draw(_recovery(rule, p, q), rng.random()),), i, len(props)
+            return tuple(props[:i]) + (cycles.draw_weights(_recovery(rule, p, q), rng.random()),), i, len(props)
     if props[-1] == target.eos:
         return tuple(props), len(props), len(props)
-    bonus = _draw(target.next_law(ctx + tuple(props)), rng.random())
+    bonus = cycles.draw_weights(target.next_law(ctx + tuple(props)), rng.random())
     return tuple(props) + (bonus,), len(props), len(props)
 
 
@@ -411,7 +407,7 @@ def estimate_loss(counts: dict, reference: dict, *, rng, confidence: float = 0.9
     """
     from .stats import tv_ci
 
-    rng = cycles.check_rng(rng)
+    rng = check_rng(rng)
     if not counts or sum(counts.values()) <= 0:
         raise LawError("counts: must count at least one sequence")
     keys, (f, ref) = align_laws({k: float(v) for k, v in counts.items()}, reference)
@@ -440,7 +436,7 @@ def decode_counts(sampler, target: ToyModel, draft: ToyModel, prefix, gamma, len
     whose first item they are), as the kit's block samplers do; decoding stops at
     ``length`` tokens or end-of-sequence.
     """
-    rng = cycles.check_rng(rng)
+    rng = check_rng(rng)
     length = check_int(length, "length", minimum=1)
     eos = target.eos
     out: dict = {}

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import cycles
+from .verify import check_rng, draw
 from .cycles import DraftPath
 from .laws import LawError, check_int, check_pair
 from .models import ToyModel, check_prefix
@@ -75,7 +76,7 @@ ISSUES: dict[str, str] = {
 
 def _check_variant(variant: str) -> str:
     if variant not in VARIANTS:
-        raise LawError(f"variant: must be one of {VARIANTS} (got {variant!r})")
+        raise ValueError(f"variant: must be one of {VARIANTS} (got {variant!r})")
     return variant
 
 
@@ -254,10 +255,7 @@ class MatchingRun:
 
 
 def _inverse_cdf(law: np.ndarray, u: float) -> int:
-    c = np.cumsum(law)
-    last = int(np.flatnonzero(law > 0)[-1])
-    c[last:] = 1.0
-    return int(np.searchsorted(c, u, side="right"))
+    return int(draw(law, u))
 
 
 def target_only(target: ToyModel, prefix, length: int, seed: int) -> tuple:
@@ -317,9 +315,9 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)
-    draft_rng = cycles.check_rng(draft_rng)
+    draft_rng = check_rng(draft_rng)
     if stream not in ("position", "sequential"):
-        raise LawError(f"stream: must be 'position' or 'sequential' (got {stream!r})")
+        raise ValueError(f"stream: must be 'position' or 'sequential' (got {stream!r})")
     trng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     u_pos = trng.random(length + gamma + 1) if stream == "position" else None
     eos = target.eos
@@ -369,7 +367,7 @@ def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng, *, 
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     variant = _check_variant(variant)
-    rng = cycles.check_rng(rng)
+    rng = check_rng(rng)
     eos = target.eos
     props: list[int] = []
     while len(props) < gamma and not (props and props[-1] == eos):

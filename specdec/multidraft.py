@@ -56,6 +56,7 @@ from itertools import product
 import numpy as np
 
 from . import cycles
+from .verify import check_rng
 from .cycles import LawOracle
 from .laws import LawError, check_int
 from .models import ToyModel, check_prefix
@@ -96,15 +97,15 @@ def check_widths(widths) -> tuple[int, ...]:
 
     Raises
     ------
-    LawError
-        Naming ``widths`` and the rule broken.
+    TypeError, ValueError
+        Naming ``widths`` and the rule broken (not a sequence; empty; a width below 1).
     """
     try:
         ws = tuple(widths)
     except TypeError:
-        raise LawError(f"widths: must be a sequence of integers >= 1 (got {widths!r})") from None
+        raise TypeError(f"widths: must be a sequence of integers >= 1 (got {widths!r})") from None
     if not ws:
-        raise LawError("widths: must have at least one depth")
+        raise ValueError("widths: must have at least one depth")
     return tuple(check_int(w, "widths", minimum=1) for w in ws)
 
 
@@ -130,11 +131,11 @@ def scored_positions(widths) -> int:
 
 def _check(drafting: str, variant: str) -> None:
     if drafting not in DRAFTING:
-        raise LawError(f"drafting: must be one of {DRAFTING} (got {drafting!r})")
+        raise ValueError(f"drafting: must be one of {DRAFTING} (got {drafting!r})")
     if variant not in VARIANTS:
-        raise LawError(f"variant: must be one of {VARIANTS} (got {variant!r})")
+        raise ValueError(f"variant: must be one of {VARIANTS} (got {variant!r})")
     if variant == "original_q" and drafting != "without":
-        raise LawError("variant: 'original_q' is a flaw of drafting without replacement (drafting='without')")
+        raise ValueError("variant: 'original_q' is a flaw of drafting without replacement (drafting='without')")
 
 
 def candidate_sets(q: list, k: int, drafting: str) -> list:
@@ -288,7 +289,7 @@ def cycle_outcomes(oracle: LawOracle, ctx: tuple, widths, drafting: str = "with"
 
     Raises
     ------
-    LawError
+    ValueError
         Invalid widths, drafting or variant.
     """
     widths = check_widths(widths)
@@ -366,11 +367,6 @@ def mean_accepted(target, draft, prefix, widths, drafting: str = "with", variant
     return sum(i * w for i, w in enumerate(law))
 
 
-def _draw(law, u: float) -> int:
-    c = np.cumsum(np.asarray(law, dtype=float))
-    c /= c[-1]
-    return int(min(np.searchsorted(c, u, side="right"), len(c) - 1))
-
 
 def _draw_children(q: np.ndarray, k: int, drafting: str, rng) -> tuple[list, list]:
     if drafting == "topk":
@@ -384,7 +380,7 @@ def _draw_children(q: np.ndarray, k: int, drafting: str, rng) -> tuple[list, lis
     xs, laws, left = [], [], q.copy()
     for _ in range(min(k, int((q > 0).sum())) if drafting == "without" else k):
         law = left / left.sum() if drafting == "without" else q
-        x = _draw(law, rng.random())
+        x = cycles.draw_weights(law, rng.random())
         xs.append(x)
         laws.append(law)
         if drafting == "without":
@@ -418,13 +414,13 @@ def sample_cycle(target: ToyModel, draft: ToyModel, prefix, widths, rng, draftin
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     widths = check_widths(widths)
     _check(drafting, variant)
-    rng = cycles.check_rng(rng)
+    rng = check_rng(rng)
     emitted: list[int] = []
     for depth in range(len(widths) + 1):
         here = ctx + tuple(emitted)
         p = target.next_law(here)
         if depth == len(widths):
-            emitted.append(_draw(p, rng.random()))
+            emitted.append(cycles.draw_weights(p, rng.random()))
             return tuple(emitted), depth, len(widths)
         q = draft.next_law(here)
         xs, laws = _draw_children(q, widths[depth], drafting, rng)
@@ -442,7 +438,7 @@ def sample_cycle(target: ToyModel, draft: ToyModel, prefix, widths, rng, draftin
             final = np.maximum(p - q, 0.0) if variant == "no_residual_update" else r
             if final.sum() <= 0:
                 final = p
-            emitted.append(_draw(final, rng.random()))
+            emitted.append(cycles.draw_weights(final, rng.random()))
             return tuple(emitted), depth, len(widths)
         emitted.append(chosen)
         if chosen == target.eos:
