@@ -10,19 +10,26 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: book chapter test bench params clean pdf screenshots vendor lint-workflow
+.PHONY: book chapter test bench params clean pdf screenshots vendor lint-workflow engine
 
 # Execute the notebooks whose inputs changed (papermill, parameters SEED and TRIALS) and
 # render _build/html; prints a timing table and the page to open.
-book: params $(STAMP)
+book: params $(STAMP) engine
 	@$(PY) tools/build.py --seed "$$SEED" --trials "$$TRIALS"
 
 # Re-execute one chapter alone, e.g. `make chapter NAME=04-experiment SEED=7`: writes
 # _build/chapter/NAME-seedSEED-trialsTRIALS.ipynb and leaves the book as it is (each
 # chapter's page says how long it took in the book's build).
-chapter: params $(STAMP)
+chapter: params $(STAMP) engine
 	@test -n "$(NAME)" || { echo "error: NAME must name a chapter, e.g. make chapter NAME=04-experiment SEED=7"; exit 2; }
 	@$(PY) tools/build.py --chapter "$(NAME)" --seed "$$SEED" --trials "$$TRIALS"
+
+# Build llama.cpp's llama-server for chapter 8 from the pinned llama-cpp-python source
+# distribution (version and SHA-256 checked; needs cmake and a C++ compiler) and convert
+# the book's models to GGUF; both cached per machine in ~/.cache/specdec-book
+# ($$SPECDEC_CACHE), so only the first run builds (10-30 min on 2 cores).
+engine: $(STAMP)
+	@$(PY) tools/engine.py build
 
 # Run the whole test suite (library, notebooks pipeline, end-to-end build).
 test: $(STAMP)

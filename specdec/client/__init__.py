@@ -16,6 +16,9 @@ Modules, by idea:
 - :mod:`specdec.client.load`: closed-loop concurrency, open-loop arrivals (Poisson or
   gamma), goodput under TTFT/TPOT limits, server-reported acceptance, prompt lengths in
   server tokens, and the paired, interleaved baseline-versus-speculative protocol.
+- :mod:`specdec.client.exactness`: the served engine's law, black box: seeded draws of
+  the first tokens after a prompt against the exact law (calibrated, :mod:`specdec.stats`),
+  or, without an exact law, against the same server without speculation (two samples).
 - :mod:`specdec.client.__main__`: the command line, JSON results, progress bar.
 
 Acceptance the servers report

@@ -1,0 +1,465 @@
+"""A real serving engine for chapter 8: llama.cpp's ``llama-server`` with the book's models.
+
+Tooling, not library: the book's build, the tests and ``make engine`` use it to
+
+* **build** ``llama-server`` from the llama.cpp sources vendored in the PyPI source
+  distribution of ``llama-cpp-python`` (version and SHA-256 pinned below, fetched once with
+  ``pip download``), with cmake and a C++ compiler, into a per-machine cache
+  ``$SPECDEC_CACHE`` (default ``~/.cache/specdec-book``) under
+  ``llama-server/<key>/``, where the key hashes the source and the build flags; a build
+  that is present is reused (``GGML_NATIVE=ON`` makes it specific to this machine's CPU);
+* **convert** the book's models (``models/*.npz``, :mod:`specdec.nn`) to GGUF with the
+  ``gguf`` package: architecture ``gpt2`` (learned positions, pre-LayerNorm, tanh GELU,
+  head tied to the token embedding), zero biases (llama.cpp requires them), a 256-token
+  byte-level BPE vocabulary (token id = byte, GPT-2's byte-to-unicode map, one inert
+  merge because an empty merge list is refused), BOS and EOS set to byte 0xFF, which
+  never occurs in UTF-8 text;
+* **serve**: :func:`serve` starts the server on 127.0.0.1 on a free port, with or without
+  the draft (``-md draft.gguf --spec-type draft-simple --spec-draft-n-max gamma``: ``-md``
+  alone loads the draft and does not use it), one thread (``-t 1``), waits until
+  ``/health`` answers, and always stops it by PID.
+
+Command line: ``python tools/engine.py build|convert|serve|adopt DIR|path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+LLAMA_CPP_PYTHON = "0.3.36"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+VENDOR = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp"
+CMAKE_FLAGS = ("-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON", "-DCMAKE_BUILD_TYPE=Release",
+               "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
+TARGET = "llama-server"
+EOS_BYTE = 0xFF
+GGUF_FORMAT = "specdec-gpt2-bytes-1"     # bump when the conversion changes
+
+
+class EngineError(RuntimeError):
+    """The engine could not be built, converted or started; the message says why."""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SPECDEC_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specdec-book"
+
+
+def build_key() -> str:
+    """16 hex digits naming a build: the source's SHA-256 and the cmake flags."""
+    text = "|".join((SDIST_SHA256, TARGET, *CMAKE_FLAGS))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_dir() -> Path:
+    return cache_root() / "llama-server" / build_key()
+
+
+def server_binary() -> Path:
+    return build_dir() / TARGET
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sdist(log=print) -> Path:
+    """The pinned source distribution, downloaded once with pip and checked by SHA-256."""
+    folder = cache_root() / "sdist"
+    path = folder / SDIST_NAME
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        log(f"engine: downloading {SDIST_NAME} with pip (once)")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(folder), "-q"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not path.exists():
+            raise EngineError(f"pip download of llama-cpp-python=={LLAMA_CPP_PYTHON} failed:\n"
+                              f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    digest = _sha256(path)
+    if digest != SDIST_SHA256:
+        raise EngineError(f"{path}: SHA-256 {digest} is not the pinned {SDIST_SHA256}; "
+                          f"delete the file to download it again")
+    return path
+
+
+def _tools() -> dict:
+    found = {"cmake": shutil.which("cmake"),
+             "C++ compiler": next(filter(None, (os.environ.get("CXX") and shutil.which(
+                 os.environ["CXX"]), shutil.which("c++"), shutil.which("g++"),
+                 shutil.which("clang++"))), None),
+             "C compiler": next(filter(None, (shutil.which("cc"), shutil.which("gcc"),
+                                              shutil.which("clang"))), None)}
+    missing = [k for k, v in found.items() if not v]
+    if missing:
+        raise EngineError(f"building llama-server needs {', '.join(missing)}: not found on "
+                          f"PATH (Debian/Ubuntu: apt-get install cmake g++)")
+    return found
+
+
+def _works(binary: Path) -> bool:
+    if not binary.exists():
+        return False
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                          env=_env(binary.parent), timeout=60)
+    return done.returncode == 0
+
+
+def _env(folder: Path) -> dict:
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, (str(folder),
+                                                           env.get("LD_LIBRARY_PATH"))))
+    return env
+
+
+def _install(bin_dir: Path, log=print) -> Path:
+    """Copy llama-server and its shared libraries from a build's bin/ into the cache."""
+    dest = build_dir()
+    tmp = Path(tempfile.mkdtemp(prefix=".install-", dir=dest.parent))
+    for item in bin_dir.iterdir():
+        if item.name == TARGET or ".so" in item.name:
+            shutil.copy2(item, tmp / item.name, follow_symlinks=False)
+    if not (tmp / TARGET).exists():
+        shutil.rmtree(tmp)
+        raise EngineError(f"{bin_dir}: no {TARGET} binary there")
+    (tmp / "build.json").write_text(json.dumps({
+        "llama_cpp_python": LLAMA_CPP_PYTHON, "sdist_sha256": SDIST_SHA256,
+        "cmake_flags": CMAKE_FLAGS, "target": TARGET, "from": str(bin_dir)}, indent=1))
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    if not _works(dest / TARGET):
+        raise EngineError(f"{dest / TARGET} does not run (--version failed)")
+    log(f"engine: {TARGET} installed in {dest}")
+    return dest / TARGET
+
+
+def build(jobs: int | None = None, log=print) -> Path:
+    """``llama-server`` from the pinned sources, built once per machine; its path."""
+    binary = server_binary()
+    if _works(binary):
+        return binary
+    _tools()
+    source = sdist(log)
+    work = cache_root() / "work" / build_key()
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    with tarfile.open(source) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(VENDOR + "/")]
+        tar.extractall(work, members=members, filter="data")
+    src, out = work / VENDOR, work / "build"
+    logfile = cache_root() / f"build-{build_key()}.log"
+    jobs = jobs or max(os.cpu_count() or 1, 1)
+    log(f"engine: building {TARGET} from llama-cpp-python {LLAMA_CPP_PYTHON} (once per "
+        f"machine; 10-30 min on 2 cores; log {logfile})")
+    t0 = time.perf_counter()
+    with open(logfile, "w") as fh:
+        for cmd in (["cmake", "-S", str(src), "-B", str(out), *CMAKE_FLAGS],
+                    ["cmake", "--build", str(out), "--target", TARGET, "-j", str(jobs)]):
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            if subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode != 0:
+                tail = logfile.read_text(errors="replace")[-3000:]
+                raise EngineError(f"{' '.join(cmd[:3])} failed (log {logfile}):\n{tail}")
+    (build_dir().parent).mkdir(parents=True, exist_ok=True)
+    path = _install(out / "bin", log)
+    shutil.rmtree(work, ignore_errors=True)
+    log(f"engine: built in {time.perf_counter() - t0:.0f} s")
+    return path
+
+
+def adopt(cmake_build: Path, log=print) -> Path:
+    """Install an existing cmake build of the same pinned sources and flags (for
+    example a trial build) into the cache instead of building again."""
+    cache = Path(cmake_build) / "CMakeCache.txt"
+    if not cache.exists():
+        raise EngineError(f"{cmake_build}: not a cmake build directory (no CMakeCache.txt)")
+    text = cache.read_text(errors="replace")
+    if VENDOR not in text:
+        raise EngineError(f"{cmake_build}: not built from {VENDOR}")
+    for flag in CMAKE_FLAGS:
+        name, value = flag[2:].split("=")
+        if not any(line.startswith(name + ":") and line.endswith("=" + value)
+                   for line in text.splitlines()):
+            raise EngineError(f"{cmake_build}: built without {flag}")
+    build_dir().parent.mkdir(parents=True, exist_ok=True)
+    return _install(Path(cmake_build) / "bin", log)
+
+
+# ------------------------------------------------------------------------ GGUF
+def _byte_vocab() -> list[str]:
+    """GPT-2's byte-to-unicode map: the printable text of each byte token."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
+        list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def gguf_path(name: str) -> Path:
+    from specdec import nn
+
+    model = nn.load_model(name)
+    tag = hashlib.sha256((model.weight_hash() + GGUF_FORMAT).encode()).hexdigest()[:16]
+    return cache_root() / "gguf" / f"{name}-{tag}.gguf"
+
+
+def convert(name: str, log=print) -> Path:
+    """The book's model ``name`` as a GGUF file in the cache (converted once)."""
+    import gguf
+
+    from specdec import nn
+
+    path = gguf_path(name)
+    if path.exists():
+        return path
+    model = nn.load_model(name)
+    cfg, w = model.config, model.weights
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "gpt2")
+    writer.add_name(f"specdec-book {name}")
+    writer.add_context_length(cfg.context)
+    writer.add_embedding_length(cfg.d_model)
+    writer.add_feed_forward_length(4 * cfg.d_model)
+    writer.add_block_count(cfg.n_layers)
+    writer.add_head_count(cfg.n_heads)
+    writer.add_layer_norm_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    vocab = _byte_vocab()
+    writer.add_token_list(vocab)
+    types = [gguf.TokenType.NORMAL] * 256
+    types[EOS_BYTE] = gguf.TokenType.CONTROL
+    writer.add_token_types(types)
+    writer.add_token_merges([f"{vocab[0]} {vocab[1]}"])      # inert: never a token
+    writer.add_bos_token_id(EOS_BYTE)
+    writer.add_eos_token_id(EOS_BYTE)
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
+    zeros = lambda n: np.zeros(n, dtype=np.float32)
+    d = cfg.d_model
+    writer.add_tensor("token_embd.weight", f32(w["tok_emb.weight"]))
+    writer.add_tensor("position_embd.weight", f32(w["pos_emb.weight"]))
+    writer.add_tensor("output_norm.weight", f32(w["ln_f.weight"]))
+    writer.add_tensor("output_norm.bias", f32(w["ln_f.bias"]))
+    for i in range(cfg.n_layers):
+        p, q = f"blocks.{i}.", f"blk.{i}."
+        writer.add_tensor(q + "attn_norm.weight", f32(w[p + "ln1.weight"]))
+        writer.add_tensor(q + "attn_norm.bias", f32(w[p + "ln1.bias"]))
+        writer.add_tensor(q + "attn_qkv.weight", f32(w[p + "qkv.weight"].T))  # (out, in)
+        writer.add_tensor(q + "attn_qkv.bias", zeros(3 * d))
+        writer.add_tensor(q + "attn_output.weight", f32(w[p + "proj.weight"].T))
+        writer.add_tensor(q + "attn_output.bias", zeros(d))
+        writer.add_tensor(q + "ffn_norm.weight", f32(w[p + "ln2.weight"]))
+        writer.add_tensor(q + "ffn_norm.bias", f32(w[p + "ln2.bias"]))
+        writer.add_tensor(q + "ffn_up.weight", f32(w[p + "fc.weight"].T))
+        writer.add_tensor(q + "ffn_up.bias", zeros(4 * d))
+        writer.add_tensor(q + "ffn_down.weight", f32(w[p + "out.weight"].T))
+        writer.add_tensor(q + "ffn_down.bias", zeros(d))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.rename(path)
+    log(f"engine: {name} converted to {path}")
+    return path
+
+
+# ------------------------------------------------------------------------ serving
+@dataclass(frozen=True)
+class Server:
+    """A running llama-server: its URL, PID, command line and log file."""
+
+    url: str
+    pid: int
+    port: int
+    args: tuple[str, ...]
+    log: Path
+    draft: str | None
+    gamma: int | None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+@contextlib.contextmanager
+def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
+          parallel: int = 1, threads: int = 1, exact_cache: bool = False,
+          extra: tuple[str, ...] = (), startup: float = 120.0, log=print):
+    """Start llama-server on 127.0.0.1 on a free port; yield a :class:`Server`; stop it.
+
+    Parameters
+    ----------
+    target, draft : str
+        Names of the book's models (``target``, ``target_wide``, ``draft``); no draft:
+        plain decoding.
+    gamma : int
+        Draft length (``--spec-draft-n-max``; ``--spec-draft-n-min 0``, ``p-min 0``).
+    parallel : int
+        Slots (concurrent requests); the context is 128 positions per slot.
+    threads : int
+        ``-t`` and ``-tb`` (one thread on this 2-core machine).
+    exact_cache : bool
+        Float32 KV cache and no flash attention (``-ctk f32 -ctv f32 -fa off``): the
+        setting under which logits agree with :mod:`specdec.nn` within 2.4e-4.
+    extra : tuple of str
+        More command-line arguments (e.g. ``--spec-synth-len 2`` for a non-exact server).
+    startup : float
+        Seconds to wait for ``/health``.
+
+    Raises
+    ------
+    EngineError
+        The server exited or did not become healthy in time (the log's tail is shown).
+    """
+    binary = build(log=log)
+    if not (isinstance(gamma, int) and gamma >= 1):
+        raise ValueError(f"gamma: must be an integer >= 1 (got {gamma!r})")
+    args = [str(binary), "-m", str(convert(target, log)), "--host", "127.0.0.1",
+            "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
+            "-c", str(128 * parallel), "--no-warmup", "--no-webui"]
+    if draft is not None:
+        args += ["-md", str(convert(draft, log)), "--spec-type", "draft-simple",
+                 "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0",
+                 "--spec-draft-p-min", "0"]
+    if exact_cache:
+        args += ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
+        if draft is not None:
+            args += ["-ctkd", "f32", "-ctvd", "f32"]
+    args += list(extra)
+    logdir = cache_root() / "logs"
+    logdir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):                      # a free port can be taken in between
+        port = free_port()
+        full = args + ["--port", str(port)]
+        logfile = logdir / f"llama-server-{port}.log"
+        fh = open(logfile, "w")
+        proc = subprocess.Popen(full, stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=_env(binary.parent))
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + startup
+            while time.monotonic() < deadline and proc.poll() is None and not _healthy(url):
+                time.sleep(0.1)
+            if proc.poll() is not None:
+                tail = logfile.read_text(errors="replace")[-2000:]
+                if "bind" in tail.lower() and attempt < 2:
+                    continue
+                raise EngineError(f"llama-server exited with status {proc.returncode} "
+                                  f"(log {logfile}):\n{tail}")
+            if not _healthy(url):
+                raise EngineError(f"llama-server did not answer {url}/health within "
+                                  f"{startup:g} s (log {logfile})")
+            yield Server(url, proc.pid, port, tuple(full), logfile, draft,
+                         gamma if draft else None)
+            return
+        finally:
+            _stop(proc)
+            fh.close()
+    raise EngineError("llama-server: no free port after 3 attempts")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python tools/engine.py", description=__doc__.split(
+        "\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build llama-server once and convert the models")
+    b.add_argument("-j", "--jobs", type=int)
+    a = sub.add_parser("adopt", help="install an existing cmake build of the pinned sources")
+    a.add_argument("dir", type=Path)
+    sub.add_parser("convert", help="convert the book's models to GGUF")
+    s = sub.add_parser("serve", help="serve a model until interrupted")
+    s.add_argument("--target", default="target")
+    s.add_argument("--draft")
+    s.add_argument("--gamma", type=int, default=3)
+    sub.add_parser("path", help="print the llama-server path (build it if needed)")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "adopt":
+            adopt(args.dir)
+        elif args.cmd == "build":
+            build(args.jobs)
+            for name in ("target", "target_wide", "draft"):
+                convert(name)
+        elif args.cmd == "convert":
+            for name in ("target", "target_wide", "draft"):
+                print(convert(name))
+        elif args.cmd == "path":
+            print(build())
+        elif args.cmd == "serve":
+            with serve(args.target, args.draft, args.gamma) as server:
+                print(f"serving {args.target}" + (f" with {args.draft}, gamma {args.gamma}"
+                      if args.draft else "") + f" at {server.url} (PID {server.pid}); "
+                      f"Ctrl-C stops it", flush=True)
+                try:
+                    while True:
+                        time.sleep(1)
+                except KeyboardInterrupt:
+                    pass
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
