@@ -121,7 +121,10 @@ def step_costs(target: Transformer, draft: Transformer, gammas: Sequence[int] = 
     -------
     Report
         Rows: one per gamma with ``c``, ``g`` (= block / target step), the three
-        median times in seconds and their IQRs.
+        median times in seconds and their IQRs, the same from the fastest repeats
+        (``c_min``, ``g_min``, ``*_min_s``), and ``disturbance``, the median target step
+        over its fastest repeat minus one: near 0 on a quiet machine, large when other
+        processes took the processor while it was timed.
     """
     repeats = laws.check_int(repeats, "repeats", minimum=1)
     batch = laws.check_int(batch, "batch", minimum=1)
@@ -149,13 +152,18 @@ def step_costs(target: Transformer, draft: Transformer, gammas: Sequence[int] = 
                 times[k].append(dt)
     tm, tiqr = median_iqr(times["target"])
     dm, diqr = median_iqr(times["draft"])
+    tmin, dmin = min(times["target"]), min(times["draft"])
     rows = []
     for g in gammas:
         bm, biqr = median_iqr(times[f"block{g}"])
         rows.append({"target": target.name, "draft": draft.name, "batch": batch, "gamma": g,
                      "c": dm / tm, "g": bm / tm, "target_step_s": tm, "target_step_iqr_s": tiqr,
                      "draft_step_s": dm, "draft_step_iqr_s": diqr, "block_s": bm,
-                     "block_iqr_s": biqr})
+                     "block_iqr_s": biqr, "target_step_min_s": tmin, "draft_step_min_s": dmin,
+                     "block_min_s": min(times[f"block{g}"]),
+                     "c_min": dmin / tmin if tmin > 0 else float("nan"),
+                     "g_min": min(times[f"block{g}"]) / tmin if tmin > 0 else float("nan"),
+                     "disturbance": tm / tmin - 1 if tmin > 0 else 0.0})
     meta = {"prefix": prefix, "batch": batch, "repeats": repeats,
             "definition": "c = draft step / target step; g = target pass over gamma+1 "
                           "positions / target step (forward passes only, medians)"}

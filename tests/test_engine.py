@@ -109,6 +109,24 @@ def test_served_law_checks_on_synthetic_draws():
         ex.check_law(np.array([[-1, 0]]), law)
 
 
+def test_rule_acceptance_is_exact():
+    from specdec.book.served import rule_acceptance
+
+    t = nn.Transformer.random(nn.TransformerConfig(2, 16, 4, 64), np.random.default_rng(0), "t")
+    d = nn.Transformer.random(nn.TransformerConfig(1, 8, 2, 64), np.random.default_rng(1), "d")
+    texts = ["hello there", "ciao a tutti, come va?"]
+    same = rule_acceptance(t, t, texts, 1.0)           # a perfect draft
+    p = [dec.SamplingSettings().laws(t.forward(nn.encode(x)[None])[0]) for x in texts]
+    assert same["rejection"] == pytest.approx(1.0)
+    assert same["match"] == pytest.approx(np.concatenate([r.max(axis=1) for r in p]).mean())
+    assert same["positions"] == sum(len(x.encode()) for x in texts)
+    greedy = rule_acceptance(t, d, texts, 0.0)        # temperature 0: both rules agree
+    assert greedy["match"] == greedy["rejection"]
+    q = [dec.SamplingSettings().laws(d.forward(nn.encode(x)[None])[0]) for x in texts]
+    want = np.concatenate([np.minimum(a, b).sum(axis=1) for a, b in zip(p, q)]).mean()
+    assert rule_acceptance(t, d, texts, 1.0)["rejection"] == pytest.approx(want)
+
+
 # ------------------------------------------------------------------ the real server
 @pytest.fixture(scope="module")
 def server_binary():

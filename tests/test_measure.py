@@ -145,6 +145,7 @@ def test_step_costs_with_constant_clock(pair):
     assert [r["gamma"] for r in rep.rows] == [1, 3]
     for row in rep.rows:
         assert row["c"] == 1.0 and row["g"] == 1.0 and row["target_step_s"] == 0.25
+        assert row["c_min"] == row["g_min"] == 1.0 and row["disturbance"] == 0.0
     with pytest.raises(ValueError, match="prefix"):
         pr.step_costs(target, draft, (1,), prefix=70)
 

@@ -8,6 +8,7 @@ settings, which prompts, in which order, with which knobs. The library it calls 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -41,7 +42,10 @@ class Study:
     model_check : Report
         :func:`cost_model_check` of ``latency`` against ``costs``.
     metadata : dict
-        Models, hardware, versions, sampling, seed, prompt distribution, parameters.
+        Models, hardware, versions, sampling, seed, prompt distribution, parameters;
+        ``disturbance``, the largest median-over-fastest target step of the cost
+        micro-benchmarks minus one, and ``load_max``, the largest 1-minute load average
+        seen during the study (the disturbance indicators).
     seconds : float
         Wall time of the study.
     """
@@ -162,6 +166,7 @@ def _run_study(*, seed, max_new_tokens, prompts_per_language, repeats, gammas, w
                cost_gammas, cost_repeats, batch_sizes, concurrency_gamma, concurrency_repeats,
                sampling, languages, models_dir, clock) -> Study:
     t0 = time.perf_counter()
+    loads = [os.getloadavg()[0]]
     manifest = load_manifest(models_dir)
     target, wide, draft = (load_model(n, models_dir) for n in ("target", "target_wide", "draft"))
     prompts = study_prompts(max(prompts_per_language, 1), languages, models_dir)
@@ -171,6 +176,7 @@ def _run_study(*, seed, max_new_tokens, prompts_per_language, repeats, gammas, w
     settings += [Setting(f"wide spec g={g}", wide, draft, g) for g in wide_gammas]
     latency = compare(settings, prompts, max_new_tokens=max_new_tokens, repeats=repeats,
                       seed=seed, sampling=sampling, clock=clock)
+    loads.append(os.getloadavg()[0])
     cost_rows, cost_raw = [], []
     # costs at the middle of a request: median prompt plus half the generated tokens
     prefix = int(np.median([len(p.encode("utf-8")) for ps in prompts.values() for p in ps]))
@@ -206,6 +212,8 @@ def _run_study(*, seed, max_new_tokens, prompts_per_language, repeats, gammas, w
             "prompts_per_language": prompts_per_language, "gammas": list(gammas),
             "wide_gammas": list(wide_gammas), "batch_sizes": list(batch_sizes),
             "hardware": environment(),
+            "disturbance": max(r["disturbance"] for r in cost_rows),
+            "load_max": max(loads + [os.getloadavg()[0]]),
             "prompt_distribution": prompt_distribution(prompts)}
     return Study(latency=latency, costs=costs, concurrency=conc,
                  model_check=cost_model_check(latency, costs), metadata=meta,

@@ -1,0 +1,185 @@
+"""Chapter 8's comparative and causal sentences, chosen from the measurements.
+
+Every sentence of chapter 8 that compares or explains a measured number comes from one
+of these functions: each takes the numbers, decides which way they went (and whether
+the difference is larger than the run's own spread), and returns the words. The
+chapter glues the result; ``tests/test_ch8_text.py`` runs every function on synthetic
+measurements in both directions. Used in Chapter 8.
+"""
+
+from __future__ import annotations
+
+__all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
+           "draft_cost", "ttft_change", "itl_bursts", "gain_change", "rule_comparison",
+           "served_speedup", "served_vs_book", "disturbance_note", "goodput_trend"]
+
+
+def _clear(diff: float, spread: float) -> bool:
+    return abs(diff) > spread
+
+
+def versus_one(ratio: float, spread: float) -> str:
+    """A speedup against break-even, given its spread (IQR): 'a gain of 1.20', 'a
+    slowdown (0.80)', or 'within the noise of this run (IQR 0.30)'."""
+    if not _clear(ratio - 1.0, spread):
+        return (f"within the noise of this run (its interquartile range, {spread:.2f}, "
+                f"spans break-even)")
+    return f"a gain ({ratio:.2f}×)" if ratio > 1 else f"a slowdown ({ratio:.2f}×)"
+
+
+def g_per_position(g_wide: float, g_deep: float, gamma: int) -> str:
+    """How the two targets' verification costs compare at draft length ``gamma``."""
+    if g_wide > g_deep:
+        return (f"the wide target's pass costs more of its own steps ({g_wide:.2f} against "
+                f"{g_deep:.2f} at γ = {gamma}): its wider matrices make each extra scored "
+                f"position dearer relative to a step")
+    return (f"the wide target's pass costs no more of its own steps ({g_wide:.2f} against "
+            f"{g_deep:.2f} at γ = {gamma}): in this run its wider matrices did not make "
+            f"extra positions dearer relative to a step, so the width alone does not set g")
+
+
+def wide_against_deep(e_wide: float, e_deep: float, g_wide: float, g_deep: float,
+                      s_wide: float, s_deep: float, spread: float) -> str:
+    """The wide target against the deep one: numerator, denominator, net (speedups with
+    the larger of their spreads)."""
+    more = "more" if e_wide > e_deep else "fewer"
+    num = (f"its cycles emit {more} bytes than the deep target's ({e_wide:.2f} against "
+           f"{e_deep:.2f}, medians over languages)")
+    dearer = g_wide > g_deep
+    den = (f"its verification pass costs {g_wide:.2f} of its own steps against the deep "
+           f"target's {g_deep:.2f}")
+    helps_num, hurts_den = e_wide > e_deep, dearer
+    if helps_num == hurts_den:
+        pull = "the two effects pull in opposite directions"
+    else:
+        pull = ("the two effects pull the same way, " +
+                ("for the wide target" if helps_num else "against the wide target"))
+    if not _clear(s_wide - s_deep, spread):
+        net = (f"the net speedups, {s_wide:.2f} and {s_deep:.2f}, differ by less than their "
+               f"spread ({spread:.2f}): this run cannot rank the two configurations")
+    else:
+        net = (f"the net speedup is {s_wide:.2f} against {s_deep:.2f}, "
+               f"{'above' if s_wide > s_deep else 'below'} the deep target by more than the "
+               f"spread ({spread:.2f})")
+    return f"{num}; {den}; {pull}; {net}"
+
+
+def in_situ_passes(g_pct: float, c_pct: float) -> str:
+    """Passes timed in the loop against their micro-benchmarks (percent differences)."""
+    def word(x):
+        return "dearer" if x > 0 else "cheaper" if x < 0 else "as dear"
+    if g_pct > 0 or c_pct > 0:
+        why = ("Causes that can make a pass dearer in the loop: longer sequences than the "
+               "benchmark's prefix (attention reads more keys), the draft and the target "
+               "taking turns on one core and evicting each other's weights from the caches, "
+               "and other processes sharing the machine.")
+    else:
+        why = ("Neither pass was dearer in the loop than in isolation here, so cache "
+               "eviction and longer sequences did not show in this run.")
+    return (f"a target block pass was {abs(g_pct):.0f}% {word(g_pct)} and a draft pass "
+            f"{abs(c_pct):.0f}% {word(c_pct)} in the loop than in the micro-benchmark. {why}")
+
+
+def draft_cost(c: float, article_c: float) -> str:
+    """The measured draft cost against the article's example value."""
+    if c > 2 * article_c:
+        return (f"far above the $c =$ {article_c:.2f} of the article's example: a model this "
+                f"small spends much of each step in fixed per-call work that the draft pays "
+                f"in full")
+    if c < article_c / 2:
+        return f"well below the $c =$ {article_c:.2f} of the article's example"
+    return f"close to the $c =$ {article_c:.2f} of the article's example"
+
+
+def ttft_change(base_ms: float, spec_ms: float, spread_ms: float) -> str:
+    """Time to first token without and with speculation."""
+    if not _clear(spec_ms - base_ms, spread_ms):
+        return (f"Time to first token is about the same with speculation ({base_ms:.2f} ms "
+                f"against {spec_ms:.2f} ms, a difference within the spread)")
+    if spec_ms > base_ms:
+        return (f"Time to first token grows with speculation, from {base_ms:.2f} ms to "
+                f"{spec_ms:.2f} ms: both models must read the prompt, and the first byte "
+                f"arrives only with the first whole cycle")
+    return (f"Time to first token falls with speculation, from {base_ms:.2f} ms to "
+            f"{spec_ms:.2f} ms: the first cycle can deliver several bytes at once")
+
+
+def itl_bursts(p50_base: float, p50_spec: float, p99_base: float, p99_spec: float) -> str:
+    """Whether the inter-token latency shows bursts (median falls, tail grows)."""
+    if p50_spec < p50_base and p99_spec > p99_base:
+        return (f"The inter-token latency shows the bursts the simulation predicted: its "
+                f"median falls to {p50_spec:.3f} ms, because most bytes arrive together with "
+                f"the previous one, while its 99th percentile, the gap between cycles, is "
+                f"{p99_spec:.2f} ms against {p99_base:.2f} ms without a draft")
+    return (f"The inter-token latency does not show the predicted bursts in this run: "
+            f"median {p50_spec:.3f} ms against {p50_base:.3f} ms, 99th percentile "
+            f"{p99_spec:.2f} ms against {p99_base:.2f} ms without a draft")
+
+
+def gain_change(first: float, last: float, spread: float) -> str:
+    """The gain at the smallest and at the largest batch."""
+    change = last - first
+    if not _clear(change, spread):
+        return ("a difference within the spread of the measurements, so this run cannot "
+                "tell the two apart")
+    return ("a fall larger than the spread of either measurement" if change < 0 else
+            "a rise larger than the spread of either measurement")
+
+
+def rule_comparison(match: float, rejection: float, temperature: float) -> str:
+    """The two verification rules' per-position acceptance on the same models."""
+    if temperature == 0 or abs(match - rejection) < 1e-12:
+        return (f"at temperature {temperature:g} the two rules accept the same ({match:.3f} "
+                f"per position): both accept exactly when the draft's top byte is the "
+                f"target's")
+    who = "the rejection rule" if rejection > match else "llama.cpp's matching rule"
+    return (f"at temperature {temperature:g} {who} accepts more per position "
+            f"({rejection:.3f} for the rejection rule, {match:.3f} for the matching rule)"
+            + (": accepting with probability min(1, p/q) keeps a draft token whenever the "
+               "target gives it mass, not only when the target draws it"
+               if rejection > match else ""))
+
+
+def served_speedup(speedup: float, spread: float, temperature: float) -> str:
+    """The server's paired speedup at one temperature, median over languages."""
+    return (f"at temperature {temperature:g} the draft gives the server "
+            f"{versus_one(speedup, spread)}")
+
+
+def served_vs_book(server: float, book: float, spread: float) -> str:
+    """The server's speedup against the book's decoder's at comparable settings."""
+    if not _clear(server - book, spread):
+        return (f"about the same as the book's decoder ({server:.2f} against {book:.2f}, "
+                f"within the spread)")
+    return (f"{'better' if server > book else 'worse'} than the book's decoder "
+            f"({server:.2f} against {book:.2f})")
+
+
+def disturbance_note(spread: float, threshold: float, load: float, cores: int) -> str:
+    """A visible note when the micro-benchmarks were disturbed, else an empty string.
+
+    ``spread`` is the disturbance indicator: the largest ``median / minimum - 1`` of the
+    timed target step over the micro-benchmarks (0 on a quiet machine); ``load`` the
+    largest 1-minute load average seen during the run.
+    """
+    if spread <= threshold and load <= cores:
+        return ""
+    return (f"**This run was disturbed.** The median target step exceeded its fastest "
+            f"repeat by {spread:.0%} (the threshold is {threshold:.0%}) and the machine's "
+            f"load average reached {load:.1f} on {cores} cores: other processes took the "
+            f"processor while it was timed. Medians over interleaved repeats still compare "
+            f"settings fairly, but absolute times and small ratios are less reliable.")
+
+
+def goodput_trend(rates, base, spec) -> str:
+    """Goodput of the two servers across the request-rate sweep."""
+    wins = sum(s > b for b, s in zip(base, spec))
+    losses = sum(s < b for b, s in zip(base, spec))
+    if wins == losses == 0:
+        return "the two servers reach the same goodput at every rate"
+    if losses == 0:
+        return f"the draft raises goodput at {wins} of {len(rates)} rates and lowers it at none"
+    if wins == 0:
+        return f"the draft lowers goodput at {losses} of {len(rates)} rates and raises it at none"
+    return (f"the draft raises goodput at {wins} and lowers it at {losses} of "
+            f"{len(rates)} rates")

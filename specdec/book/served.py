@@ -1,0 +1,198 @@
+"""Chapter 8's served study: the protocol run against a real engine, llama.cpp's server.
+
+The book's use of :mod:`specdec.client` on ``llama-server`` serving the book's models
+(built, converted and started by ``tools/engine.py``, loaded by :func:`load_engine`):
+
+1. exactness first, black box: the law of the first two bytes after a prompt, with and
+   without the draft, against the exact law of the same weights; the two samples against
+   each other; the same-seed identity of the texts; and a non-exact setting (llama.cpp's
+   synthetic acceptance, a benchmarking option) that the check must reject;
+2. the paired, interleaved protocol, baseline against draft, per language, at
+   temperatures 0 and 1;
+3. an open-loop request-rate sweep (Poisson arrivals) with goodput under TTFT/TPOT limits;
+4. the server's reported acceptance beside the acceptance of its rule (greedy draft,
+   accept while the target's sample equals the draft token) and of the rejection rule,
+   computed exactly from the same models along held-out text (:func:`rule_acceptance`).
+
+Used in Chapter 8.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .. import client as cl
+from .. import decode as dec
+from .. import nn
+from ..client import exactness as ex
+from ..measure import rotation
+
+__all__ = ["load_engine", "rule_acceptance", "ServedStudy", "run_served_study"]
+
+
+def load_engine():
+    """``tools/engine.py`` of the repository the models come from (tooling, not library)."""
+    path = nn.MODELS_DIR.parent / "tools" / "engine.py"
+    name = "specdec_book_engine_tool"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or not path.exists():
+        raise FileNotFoundError(f"{path}: the engine tool is missing from this checkout")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequence[str],
+                    temperature: float) -> dict:
+    """Per-position acceptance of two verification rules along ``texts``, exactly.
+
+    At every position of every text (windows of the model context), with ``p`` the
+    target's and ``q`` the draft's next-byte law at ``temperature``:
+
+    * ``rejection``: the rule of Leviathan et al. (2023), a draft token sampled from
+      ``q``, accepted with probability ``min(1, p/q)``: acceptance ``sum min(p, q)``;
+    * ``match``: llama.cpp's rule, a greedy draft token ``argmax q``, accepted when the
+      target's own sample equals it: acceptance ``p[argmax q]``.
+
+    At temperature 0 both are ``1[argmax p == argmax q]``. Returns the means over
+    positions and the number of positions.
+    """
+    settings = dec.SamplingSettings(temperature=temperature)
+    match, rejection = [], []
+    ctx = min(target.config.context, draft.config.context)
+    for text in texts:
+        tokens = nn.encode(text)
+        for s in range(0, max(tokens.size - 1, 1), ctx):
+            window = tokens[s:s + ctx]
+            if window.size < 2:
+                continue
+            p = settings.laws(target.forward(window[None])[0])
+            q = settings.laws(draft.forward(window[None])[0])
+            greedy = np.argmax(q, axis=1)
+            match.append(p[np.arange(len(p)), greedy])
+            rejection.append(np.minimum(p, q).sum(axis=1))
+    match, rejection = np.concatenate(match), np.concatenate(rejection)
+    return {"temperature": temperature, "match": float(match.mean()),
+            "rejection": float(rejection.mean()), "positions": int(match.size)}
+
+
+@dataclass(frozen=True)
+class ServedStudy:
+    """Everything the served part of chapter 8 measured (see the module docstring)."""
+
+    exactness: dict
+    paired: dict
+    rates: list
+    acceptance: list
+    metadata: dict
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _version(binary: Path, engine) -> str:
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                          env=engine._env(binary.parent), timeout=60)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return next((line for line in lines if "version" in line), lines[-1] if lines else "?")
+
+
+def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: int = 3,
+                     max_tokens: int = 48, repeats: int = 3,
+                     temperatures: Sequence[float] = (0.0, 1.0), exact_trials: int = 1000,
+                     identity_requests: int = 24, rates: Sequence[float] = (10, 40, 160),
+                     rate_requests: int = 32, slots: int = 4, ttft_max: float = 0.05,
+                     tpot_max: float = 0.002, log=lambda *_: None) -> ServedStudy:
+    """Run the served study (about 30 s on an idle 2-core machine once the engine is built).
+
+    Parameters
+    ----------
+    seed : int
+        Request seeds start here (request k of a batch gets ``seed + k``).
+    gamma : int
+        Draft length of the speculative server (``--spec-draft-n-max``).
+    prompts_per_language, max_tokens, repeats : int
+        The paired protocol's requests per language, tokens per request, repeats.
+    temperatures : sequence of float
+        Sampling temperatures of the paired protocol (all truncation off).
+    exact_trials, identity_requests : int
+        Seeded requests per setting for the law of the first two bytes; requests of 32
+        bytes for the same-seed identity.
+    rates, rate_requests, slots : the open-loop sweep (requests/s, requests per rate,
+        server slots).
+    ttft_max, tpot_max : float
+        Goodput limits, seconds.
+    """
+    t0 = time.perf_counter()
+    engine = load_engine()
+    binary = engine.build(log=log)
+    held = nn.load_heldout()
+    target, draft = nn.load_model("target"), nn.load_model("draft")
+    prompts = {lang: held[lang]["prompts"][:prompts_per_language] for lang in nn.LANGUAGES}
+    exact_prompt = held["en"]["prompts"][0]
+    law = ex.pad_law(dec.target_sequence_law(target, exact_prompt, 2), engine.EOS_BYTE)
+    exactness: dict = {"prompt": exact_prompt, "trials": exact_trials}
+    with engine.serve("target", parallel=slots, exact_cache=True, log=log) as base, \
+            engine.serve("target", "draft", gamma, parallel=slots, exact_cache=True,
+                         log=log) as spec:
+        draws = {}
+        for name, server in (("baseline", base), ("speculative", spec)):
+            draws[name] = ex.first_tokens(cl.Endpoint(server.url), exact_prompt, exact_trials,
+                                          seed=seed, pad=engine.EOS_BYTE)
+            exactness[name] = ex.check_law(draws[name], law).to_dict()
+        exactness["two_sample"] = ex.two_sample(draws["baseline"], draws["speculative"]).to_dict()
+        long = [ex.first_tokens(cl.Endpoint(s.url), exact_prompt, identity_requests, k=32,
+                                seed=seed, pad=-1) for s in (base, spec)]
+        exactness["identity"] = ex.same_seed_identity(list(long[0]), list(long[1]))
+        exactness["server_args"] = {"baseline": list(base.args[1:]),
+                                    "speculative": list(spec.args[1:])}
+    with engine.serve("target", "draft", gamma, parallel=slots, exact_cache=True,
+                      extra=("--spec-synth-len", str(gamma)), log=log) as bad:
+        bad_draws = ex.first_tokens(cl.Endpoint(bad.url), exact_prompt, exact_trials,
+                                    seed=seed, pad=engine.EOS_BYTE)
+        exactness["synthetic"] = ex.check_law(bad_draws, law).to_dict()
+        exactness["synthetic_two_sample"] = ex.two_sample(draws["baseline"], bad_draws).to_dict()
+        exactness["synthetic_flag"] = f"--spec-synth-len {gamma}"
+    paired, rate_rows = {}, []
+    with engine.serve("target", parallel=slots, log=log) as base, \
+            engine.serve("target", "draft", gamma, parallel=slots, log=log) as spec:
+        endpoints = {"baseline": cl.Endpoint(base.url), "speculative": cl.Endpoint(spec.url)}
+        lengths = cl.prompt_lengths(endpoints["baseline"], prompts)
+        for temp in temperatures:
+            paired[f"{temp:g}"] = cl.paired(endpoints, prompts, baseline="baseline",
+                                            repeats=repeats, max_tokens=max_tokens,
+                                            sampling=cl.plain_sampling(temp), seed=seed)
+        mixed = [p for k in range(prompts_per_language) for ps in prompts.values()
+                 for p in ps[k:k + 1]]
+        specs = [cl.RequestSpec(f"rate-{k}", mixed[k % len(mixed)], max_tokens,
+                                cl.plain_sampling(1.0), seed + k) for k in range(rate_requests)]
+        for i, rate in enumerate(rates):
+            for name in rotation(list(endpoints), i):
+                run = cl.open_loop(endpoints[name], specs, rate, 1.0, rng=[seed, i],
+                                   setting=name)
+                rate_rows.append({"rate": rate, **cl.summarize_run(
+                    run, ttft_max=ttft_max, tpot_max=tpot_max)})
+        server_args = {"baseline": list(base.args[1:]), "speculative": list(spec.args[1:])}
+    texts = [held[lang]["text"][:600] for lang in nn.LANGUAGES]
+    acceptance = [rule_acceptance(target, draft, texts, t) for t in temperatures]
+    meta = {"engine": _version(binary, engine), "llama_cpp_python": engine.LLAMA_CPP_PYTHON,
+            "sdist_sha256": engine.SDIST_SHA256, "build_key": engine.build_key(),
+            "gamma": gamma, "slots": slots, "threads": 1, "max_tokens": max_tokens,
+            "repeats": repeats, "seed": seed, "prompt_lengths": lengths,
+            "server_args": server_args, "ttft_max": ttft_max, "tpot_max": tpot_max,
+            "rates": list(rates), "rate_requests": rate_requests}
+    return ServedStudy(exactness=exactness, paired=paired, rates=rate_rows,
+                       acceptance=acceptance, metadata=meta,
+                       seconds=time.perf_counter() - t0)

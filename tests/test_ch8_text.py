@@ -1,0 +1,87 @@
+"""Chapter 8's data-driven sentences (specdec.book.ch8_text) on synthetic measurements, in
+both directions: every sentence must follow the numbers it is given."""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from specdec.book import ch8_text as t
+
+
+def test_versus_one_both_ways_and_noise():
+    assert t.versus_one(1.3, 0.1).startswith("a gain")
+    assert t.versus_one(0.7, 0.1).startswith("a slowdown")
+    assert "within the noise" in t.versus_one(0.95, 0.2)
+    assert "within the noise" in t.versus_one(1.49, 0.6)       # the published fragile case
+    assert "slowdown" in t.versus_one(0.49, 0.1)
+
+
+def test_g_per_position_both_ways():
+    assert "dearer" in t.g_per_position(4.92, 2.42, 4) and "costs more" in t.g_per_position(4.92, 2.42, 4)
+    s = t.g_per_position(2.42, 4.92, 4)                         # the seed-7 run
+    assert "no more" in s and "did not make" in s
+
+
+def test_wide_against_deep_all_directions():
+    s = t.wide_against_deep(2.1, 1.9, 3.0, 2.0, 0.8, 0.9, 0.05)
+    assert "more bytes" in s and "opposite directions" in s and "below the deep" in s
+    s = t.wide_against_deep(2.1, 1.9, 1.5, 2.0, 1.0, 0.9, 0.05)
+    assert "same way, for the wide target" in s and "above the deep" in s
+    s = t.wide_against_deep(1.8, 1.9, 3.0, 2.0, 0.85, 0.86, 0.05)
+    assert "fewer bytes" in s and "against the wide target" in s and "cannot rank" in s
+
+
+def test_in_situ_and_draft_cost():
+    assert "dearer" in t.in_situ_passes(12, 30) and "Causes" in t.in_situ_passes(12, -3)
+    s = t.in_situ_passes(-5, -2)
+    assert "cheaper" in s and "did not show" in s
+    assert t.draft_cost(0.4, 0.05).startswith("far above")
+    assert t.draft_cost(0.01, 0.05).startswith("well below")
+    assert t.draft_cost(0.06, 0.05).startswith("close to")
+
+
+def test_latency_sentences_both_ways():
+    assert "grows" in t.ttft_change(1.0, 2.0, 0.1)
+    assert "falls" in t.ttft_change(2.0, 1.0, 0.1)
+    assert "about the same" in t.ttft_change(1.0, 1.05, 0.1)
+    assert "shows the bursts" in t.itl_bursts(1.0, 0.01, 1.2, 3.0)
+    assert "does not show" in t.itl_bursts(1.0, 1.1, 1.2, 1.1)
+
+
+def test_gain_change_three_ways():
+    assert "fall" in t.gain_change(1.0, 0.7, 0.1)
+    assert "rise" in t.gain_change(0.7, 1.0, 0.1)
+    assert "cannot tell" in t.gain_change(0.9, 0.95, 0.1)
+
+
+def test_rule_comparison():
+    assert "accept the same" in t.rule_comparison(0.4, 0.4, 0.0)
+    assert "the rejection rule accepts more" in t.rule_comparison(0.3, 0.5, 1.0)
+    assert "matching rule accepts more" in t.rule_comparison(0.6, 0.5, 1.0)
+
+
+def test_served_sentences():
+    assert "a slowdown" in t.served_speedup(0.6, 0.05, 1.0)
+    assert "a gain" in t.served_speedup(1.4, 0.05, 0.0)
+    assert t.served_vs_book(0.6, 0.9, 0.05).startswith("worse")
+    assert t.served_vs_book(0.95, 0.9, 0.01).startswith("better")
+    assert t.served_vs_book(0.9, 0.91, 0.05).startswith("about the same")
+    assert "lowers goodput at 2 of 3" in t.goodput_trend([1, 2, 3], [3, 2, 1], [1, 1, 1])
+    assert "raises goodput at 3" in t.goodput_trend([1, 2, 3], [1, 1, 1], [2, 2, 2])
+    assert "same goodput" in t.goodput_trend([1], [1], [1])
+    assert "raises goodput at 1 and lowers it at 1" in t.goodput_trend([1, 2], [1, 2], [2, 1])
+
+
+def test_disturbance_note_shown_only_when_disturbed():
+    assert t.disturbance_note(0.05, 0.25, 0.5, 2) == ""
+    assert "disturbed" in t.disturbance_note(0.6, 0.25, 0.5, 2)
+    assert "load average reached 9.0" in t.disturbance_note(0.1, 0.25, 9.0, 2)
+
+
+@given(st.floats(0.1, 3.0), st.floats(0.0, 1.0))
+def test_versus_one_never_contradicts_its_numbers(ratio, spread):
+    s = t.versus_one(ratio, spread)
+    if abs(ratio - 1) <= spread:
+        assert "noise" in s
+    else:
+        assert ("gain" in s) == (ratio > 1) and ("slowdown" in s) == (ratio < 1)
