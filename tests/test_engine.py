@@ -134,7 +134,10 @@ def server_binary():
 
 
 def _probs(url: str, prompt: str) -> np.ndarray:
-    body = {"prompt": prompt, "n_predict": 1, "n_probs": 256, **cl.plain_sampling(1.0)}
+    """The server's next-byte probabilities after ``prompt`` (its top 256 of 256). Greedy,
+    so that the emitted byte is the one the probabilities are reported with (the server
+    holds back an incomplete UTF-8 character, and its probabilities with it)."""
+    body = {"prompt": prompt, "n_predict": 1, "n_probs": 256, **cl.plain_sampling(0.0)}
     req = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
@@ -154,14 +157,21 @@ AGREEMENT = {True: 5e-4, False: 3e-3}    # max |p_server - p_numpy|; measured 2.
 def test_server_agrees_with_numpy(server_binary, exact_cache):
     model = nn.load_model("target")
     held = nn.load_heldout()
+    laws = {}
+    for lang in nn.LANGUAGES:           # prompts whose most likely next byte is ASCII
+        for prompt in held[lang]["prompts"][:12]:
+            p = dec.SamplingSettings().law(model.forward(nn.encode(prompt)[None])[0, -1])
+            if p.argmax() < 0x80:
+                laws[prompt] = p
+                break
+    assert len(laws) >= 3
     with engine.serve("target", exact_cache=exact_cache) as server:
         worst = 0.0
-        for lang in nn.LANGUAGES:
-            prompt = held[lang]["prompts"][0]
+        for prompt, p_numpy in laws.items():
             p_server = _probs(server.url, prompt)
-            p_numpy = dec.SamplingSettings().law(model.forward(nn.encode(prompt)[None])[0, -1])
-            assert p_server.sum() == pytest.approx(1.0, abs=1e-4)
+            assert p_server.sum() == pytest.approx(1.0, abs=1e-3)
             worst = max(worst, float(np.abs(p_server - p_numpy).max()))
+    print(f"max |p_server - p_numpy| = {worst:.2e} (exact_cache={exact_cache})")
     assert worst < AGREEMENT[exact_cache], worst
 
 
@@ -221,10 +231,11 @@ def test_served_engine_is_exact_with_and_without_draft(server_binary):
 
 @pytest.mark.slow
 def test_synthetic_acceptance_is_caught(server_binary):
-    """llama.cpp's benchmarking option accepts draft tokens at a fixed rate whatever the
-    target says: the served law is the draft's, and the check must fail."""
+    """llama.cpp's benchmarking option accepts draft tokens at a set rate whatever the
+    target says; at its maximum every drafted byte is accepted, so the second byte is the
+    draft's greedy choice, and the check must fail."""
     prompt = nn.load_heldout()["en"]["prompts"][0]
     with engine.serve("target", "draft", gamma=3, parallel=4, exact_cache=True,
-                      extra=("--spec-synth-len", "3")) as bad:
+                      extra=("--spec-synth-len", "4")) as bad:
         tokens, law = _law_and_draws(bad.url, prompt, 1500)
     assert not ex.check_law(tokens, law).passed

@@ -150,7 +150,7 @@ def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: 
         draws = {}
         for name, server in (("baseline", base), ("speculative", spec)):
             draws[name] = ex.first_tokens(cl.Endpoint(server.url), exact_prompt, exact_trials,
-                                          seed=seed, pad=engine.EOS_BYTE)
+                                          seed=seed, pad=engine.EOS_BYTE, generate=gamma + 4)
             exactness[name] = ex.check_law(draws[name], law).to_dict()
         exactness["two_sample"] = ex.two_sample(draws["baseline"], draws["speculative"]).to_dict()
         long = [ex.first_tokens(cl.Endpoint(s.url), exact_prompt, identity_requests, k=32,
@@ -159,12 +159,12 @@ def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: 
         exactness["server_args"] = {"baseline": list(base.args[1:]),
                                     "speculative": list(spec.args[1:])}
     with engine.serve("target", "draft", gamma, parallel=slots, exact_cache=True,
-                      extra=("--spec-synth-len", str(gamma)), log=log) as bad:
+                      extra=("--spec-synth-len", str(gamma + 1)), log=log) as bad:
         bad_draws = ex.first_tokens(cl.Endpoint(bad.url), exact_prompt, exact_trials,
-                                    seed=seed, pad=engine.EOS_BYTE)
+                                    seed=seed, pad=engine.EOS_BYTE, generate=gamma + 4)
         exactness["synthetic"] = ex.check_law(bad_draws, law).to_dict()
         exactness["synthetic_two_sample"] = ex.two_sample(draws["baseline"], bad_draws).to_dict()
-        exactness["synthetic_flag"] = f"--spec-synth-len {gamma}"
+        exactness["synthetic_flag"] = f"--spec-synth-len {gamma + 1}"
     paired, rate_rows = {}, []
     with engine.serve("target", parallel=slots, log=log) as base, \
             engine.serve("target", "draft", gamma, parallel=slots, log=log) as spec:

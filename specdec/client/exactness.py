@@ -46,16 +46,25 @@ __all__ = ["first_tokens", "LawCheck", "check_law", "TwoSample", "two_sample",
 
 def first_tokens(endpoint: Endpoint, prompt: str, n: int, *, k: int = 2,
                  temperature: float = 1.0, seed: int = 0, concurrency: int = 4,
-                 pad: int = -1, extra: Mapping | None = None) -> np.ndarray:
+                 pad: int = -1, generate: int | None = None,
+                 extra: Mapping | None = None) -> np.ndarray:
     """Token ids of the first ``k`` tokens of ``n`` seeded requests (seeds ``seed`` to
     ``seed + n - 1``), shape (n, k); a request that stopped early (end of sequence) is
-    padded with ``pad``. Uses llama.cpp's native ``/completion`` endpoint
-    (``return_tokens``); raises :class:`ClientError` naming the request on failure."""
+    padded with ``pad``.
+
+    Each request generates ``generate`` tokens (default ``k + 8``) of which the first
+    ``k`` are kept: a server drafts at most the tokens still to generate, so a request of
+    exactly ``k`` tokens would never speculate at the positions that are counted. Uses
+    llama.cpp's native ``/completion`` endpoint (``return_tokens``); raises
+    :class:`ClientError` naming the request on failure."""
     if not (isinstance(n, int) and n >= 1):
         raise ValueError(f"n: must be an integer >= 1 (got {n!r})")
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"k: must be an integer >= 1 (got {k!r})")
-    base = {"prompt": prompt, "n_predict": k, "return_tokens": True, "stream": False,
+    generate = k + 8 if generate is None else generate
+    if not (isinstance(generate, int) and generate >= k):
+        raise ValueError(f"generate: must be an integer >= k (got {generate!r})")
+    base = {"prompt": prompt, "n_predict": generate, "return_tokens": True, "stream": False,
             "cache_prompt": True, **plain_sampling(temperature), **dict(extra or {})}
     url = endpoint.url + "/completion"
     out = np.full((n, k), pad, dtype=np.int64)
