@@ -152,6 +152,17 @@ def test_closed_and_open_loop_keep_order_and_overlap():
     assert math.isnan(cl.summarize_run(serial)["acceptance"])
 
 
+def test_client_runs_inside_a_running_event_loop():
+    """Jupyter kernels run an event loop; the client must still work there."""
+    import asyncio
+
+    with ScriptedServer(Script(timings={})) as url:
+        async def inside():
+            return cl.closed_loop(cl.Endpoint(url), [cl.RequestSpec("k-0", "hi", 4)])
+        run = asyncio.run(inside())
+    assert run.records[0].completion_tokens == 4
+
+
 def test_prompt_lengths_in_server_tokens():
     with ScriptedServer() as url:
         out = cl.prompt_lengths(cl.Endpoint(url), {"zh": ["更新护照", "好"], "en": ["abc"]})

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .. import stats
-from .stream import ClientError, Endpoint, plain_sampling
+from .stream import ClientError, Endpoint, plain_sampling, run_async
 
 __all__ = ["first_tokens", "LawCheck", "check_law", "TwoSample", "two_sample",
            "same_seed_identity", "pad_law"]
@@ -89,7 +89,7 @@ def first_tokens(endpoint: Endpoint, prompt: str, n: int, *, k: int = 2,
                 out[i, :len(tokens[:k])] = tokens[:k]
             await asyncio.gather(*(one(i) for i in range(n)))
 
-    asyncio.run(main())
+    run_async(main)
     return out
 
 

@@ -29,7 +29,8 @@ import httpx
 import numpy as np
 
 from ..measure import median_iqr, percentiles, rotation
-from .stream import ClientError, Endpoint, RequestRecord, RequestSpec, stream_request
+from .stream import (ClientError, Endpoint, RequestRecord, RequestSpec, run_async,
+                     stream_request)
 
 __all__ = ["arrival_times", "Run", "closed_loop", "open_loop", "goodput", "summarize_run",
            "acceptance", "NoTokenizer", "tokenize", "prompt_lengths", "paired"]
@@ -154,7 +155,7 @@ def closed_loop(endpoint: Endpoint, specs: Sequence[RequestSpec], concurrency: i
             recs = await _closed(endpoint, specs, concurrency, clock, progress, client)
             return recs, clock() - t0
 
-    recs, wall = asyncio.run(main())
+    recs, wall = run_async(main)
     return Run(tuple(recs), wall, {"kind": "closed", "concurrency": concurrency}, setting)
 
 
@@ -174,7 +175,7 @@ def open_loop(endpoint: Endpoint, specs: Sequence[RequestSpec], rate: float,
             recs = await _open(endpoint, specs, times, clock, progress, client)
             return recs, clock() - t0
 
-    recs, wall = asyncio.run(main())
+    recs, wall = run_async(main)
     return Run(tuple(recs), wall, {"kind": "open", "rate": float(rate),
                                    "burstiness": float(burstiness)}, setting)
 

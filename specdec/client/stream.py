@@ -24,6 +24,8 @@ without usage) raises :class:`ClientError` naming the request. Used in Chapter 8
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import math
 import time
@@ -33,13 +35,25 @@ from typing import Callable, Iterable, Iterator, Mapping
 import httpx
 
 __all__ = ["ClientError", "Endpoint", "RequestSpec", "RequestRecord", "sse_data",
-           "plain_sampling", "stream_request"]
+           "plain_sampling", "stream_request", "run_async"]
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 class ClientError(RuntimeError):
     """A request failed: the message names the request, the URL and what went wrong."""
+
+
+def run_async(make: Callable[[], "Coroutine"]):  # noqa: F821
+    """Run the coroutine ``make()`` to completion and return its result, from plain code
+    or from code that already runs an event loop (a Jupyter kernel), where
+    :func:`asyncio.run` is refused: there it runs in a thread with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 @dataclass(frozen=True)
