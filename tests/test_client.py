@@ -127,7 +127,7 @@ def test_client_against_scripted_server(api):
     assert r.tokens_per_chunk() == (2.0, 1.0, 1.0) and r.language == "it"
     assert r.draft_n == 6 and r.draft_n_accepted == 3
     # the client cannot see an event before the server slept for it
-    assert r.ttft >= 0.06 and r.e2e >= 0.13 and sum(r.itls) >= 0.07 - 1e-3
+    assert r.ttft >= 0.06 and r.chunk_times[-1] - r.start >= 0.13 and r.e2e >= 0.13
     assert r.ttft + sum(r.itls) <= r.e2e
     body = script.bodies[0]
     assert body["seed"] == 5 and body["temperature"] == 1.0 and body["max_tokens"] == 4

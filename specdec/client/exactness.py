@@ -71,7 +71,7 @@ def first_tokens(endpoint: Endpoint, prompt: str, n: int, *, k: int = 2,
 
     async def main():
         sem = asyncio.Semaphore(concurrency)
-        limits = httpx.Limits(max_connections=concurrency)
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=limits, trust_env=False,
                                      timeout=endpoint.timeout) as client:
             async def one(i):

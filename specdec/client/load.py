@@ -131,8 +131,12 @@ async def _open(endpoint, specs, times, clock, progress, client):
 
 
 def _client(connections: int) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=max(connections, 1),
-                          max_keepalive_connections=max(connections, 1))
+    """One connection per request, closed after it (no keep-alive): a server may close an
+    idle kept-alive connection just as the client reuses it (llama.cpp's server does),
+    which would fail a request for a reason that has nothing to do with serving; a new
+    connection on the same host costs a fraction of a millisecond of TTFT, every request
+    alike, as it does a new user."""
+    limits = httpx.Limits(max_connections=max(connections, 1), max_keepalive_connections=0)
     return httpx.AsyncClient(limits=limits, trust_env=False)
 
 
