@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--trials", type=int, default=200_000)
+    p.add_argument("--out", type=Path, help="keep the executed notebook here")
     args = p.parse_args(argv)
     import jupytext
     import papermill
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
         nb = Path(tmp) / "in.ipynb"
         jupytext.write(jupytext.read(source), nb)
         t0 = time.perf_counter()
-        out = papermill.execute_notebook(str(nb), str(Path(tmp) / "out.ipynb"),
+        target = args.out or Path(tmp) / "out.ipynb"
+        out = papermill.execute_notebook(str(nb), str(target),
                                          parameters={"seed": args.seed, "trials": args.trials},
                                          cwd=str(source.parent), progress_bar=False,
                                          kernel_name="python3")
@@ -56,7 +58,8 @@ def main(argv=None) -> int:
             meta = o.get("metadata", {}).get("scrapbook", {})
             name = meta.get("name")
             if name in ("ch8_study_seconds", "ch8_srv_seconds"):
-                glued[name] = float(o["data"]["text/plain"])
+                text = next(v for k, v in o.get("data", {}).items() if k.endswith("text/plain"))
+                glued[name] = float(text)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     disturbed = max(load_before, load_after) > cores
     print(f"chapter 8 executed in {seconds:.1f} s (budget {BUDGET:.0f} s on an idle "

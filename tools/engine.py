@@ -175,7 +175,8 @@ def build(jobs: int | None = None, log=print) -> Path:
     work.mkdir(parents=True)
     with tarfile.open(source) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(VENDOR + "/")]
-        tar.extractall(work, members=members, filter="data")
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.11.4+
+        tar.extractall(work, members=members, **safe)
     src, out = work / VENDOR, work / "build"
     logfile = cache_root() / f"build-{build_key()}.log"
     jobs = jobs or max(os.cpu_count() or 1, 1)

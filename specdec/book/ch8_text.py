@@ -83,12 +83,12 @@ def in_situ_passes(g_pct: float, c_pct: float) -> str:
 def draft_cost(c: float, article_c: float) -> str:
     """The measured draft cost against the article's example value."""
     if c > 2 * article_c:
-        return (f"far above the $c =$ {article_c:.2f} of the article's example: a model this "
+        return (f"far above the c = {article_c:.2f} of the article's example: a model this "
                 f"small spends much of each step in fixed per-call work that the draft pays "
                 f"in full")
     if c < article_c / 2:
-        return f"well below the $c =$ {article_c:.2f} of the article's example"
-    return f"close to the $c =$ {article_c:.2f} of the article's example"
+        return f"well below the c = {article_c:.2f} of the article's example"
+    return f"close to the c = {article_c:.2f} of the article's example"
 
 
 def ttft_change(base_ms: float, spec_ms: float, spread_ms: float) -> str:
