@@ -7,7 +7,8 @@ The library behind *specdec-book*. One module per idea:
   gamma, ragged drafts) that every sampler of the library calls, and the one
   inverse-CDF draw.
 - :mod:`specdec.flaws`: the step and cycle rules as named objects, the correct one and one
-  per bug (a new flawed rule is one class there).
+  per bug (a new flawed step or cycle rule is one class there that overrides the part it
+  gets wrong, one instance, and its entry in ``STEP_FLAWS`` or ``CYCLE_FLAWS``).
 - :mod:`specdec.token`: one speculative step's exact output law under any step rule.
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
 - :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
@@ -35,8 +36,10 @@ The library behind *specdec-book*. One module per idea:
   same protocol over HTTP against a streaming server (``python -m specdec.client``).
 - :mod:`specdec.book`: what exists for the book only: the article's claims table
   (:mod:`~specdec.book.claims`), numbers in prose (:mod:`~specdec.book.prose`), run records
-  (:mod:`~specdec.book.provenance`), figure defaults (:mod:`~specdec.book.plotting`) and
-  chapter 8's study (:mod:`~specdec.book.study`).
+  (:mod:`~specdec.book.provenance`), figure defaults (:mod:`~specdec.book.plotting`),
+  numbered tables (:mod:`~specdec.book.tables`) and chapter 8's study, served-engine runs
+  and data-chosen sentences (:mod:`~specdec.book.study`, :mod:`~specdec.book.served`,
+  :mod:`~specdec.book.ch8_text`).
 """
 
 __version__ = "0.1.0"

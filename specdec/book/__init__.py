@@ -12,4 +12,8 @@ imports it.
   :class:`specdec.measure.Report` objects.
 - :mod:`specdec.book.study`: chapter 8's in-process study (which models, settings and
   prompts, in which order), on top of :mod:`specdec.protocol`.
+- :mod:`specdec.book.served`: chapter 8's served study, :mod:`specdec.client` run against
+  llama.cpp's server serving the book's models.
+- :mod:`specdec.book.ch8_text`: chapter 8's comparative and causal sentences, chosen from
+  the measurements.
 """

@@ -9,8 +9,9 @@ procedure over every statistical check of the run), whatever the seed.
 
 Samplers
 --------
-Three calling conventions are recognised; mark a sampler with :func:`token_sampler` or
-:func:`block_sampler`, or pass ``kind=``, ``vectorised=``, ``inputs=`` explicitly (see
+Three kinds of sampler are recognised (token, block, batch), six calling conventions in
+all; mark a sampler with :func:`token_sampler`, :func:`block_sampler` or
+:func:`batch_sampler`, or pass ``kind=``, ``vectorised=``, ``inputs=`` explicitly (see
 :func:`describe_sampler` for the rules used when nothing is said).
 
 Token sampler, law inputs (the default)
@@ -49,6 +50,13 @@ Block sampler, vectorised
     an object with ``tokens`` (and optionally ``n_tokens`` and the per-cycle arrays
     ``sequence``, ``n_emitted``, ``n_accepted``, ``n_proposed``, ``hit_eos``), such as
     :class:`specdec.block.GenerationBatch`. Mark it ``@block_sampler(vectorised=True)``.
+
+Batch sampler
+    ``f(target_logits, draft_probs, draft_tokens, n_draft, settings, rng)``: one call
+    verifies a batch of requests in the flattened ragged layout of vLLM's rejection
+    sampler, each request with its own settings (temperature, top-k, top-p, greedy) and
+    its own number of proposals (0 allowed). Mark it ``@batch_sampler``; the layout and
+    return value are in :func:`batch_sampler`. Each request is checked against its own law.
 
 Accounting
     Where a sampler reports what it accepted, the kit checks it. Token step: the joint

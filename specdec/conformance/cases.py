@@ -1,8 +1,10 @@
-"""The battery's cases: token-level target/draft pairs and block-level toy model pairs.
+"""The battery's cases: token-level target/draft pairs, block-level toy model pairs, and
+batches of requests with their own settings.
 
-A new standard case goes in :func:`token_cases` or :func:`block_cases` (and its name in
-:data:`CASE_NAMES` or :data:`BLOCK_CASE_NAMES`); a custom case is a :class:`TokenCase` or
-:class:`BlockCase` passed to :func:`specdec.conformance.run_battery` with ``cases=``.
+A new standard case goes in :func:`token_cases`, :func:`block_cases` or
+:func:`batch_cases` (and its name in :data:`CASE_NAMES`, :data:`BLOCK_CASE_NAMES` or
+:data:`BATCH_CASE_NAMES`); a custom case is a :class:`TokenCase`, :class:`BlockCase` or
+:class:`BatchCase` passed to :func:`specdec.conformance.run_battery` with ``cases=``.
 """
 
 from __future__ import annotations

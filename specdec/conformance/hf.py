@@ -45,7 +45,7 @@ Randomness: the function draws from torch's global generator, reseeded per call 
 kit's numpy generator with :func:`specdec.conformance.torchrng.seed_torch` (cheap;
 ``torch.manual_seed`` costs more than the function itself).
 
-Requires ``pip install 'specdec[hf]'`` (torch CPU and transformers). Used in Appendix A3,
+Requires ``pip install -e '.[hf]'`` in a clone (torch CPU and transformers). Used in Appendix A3,
 "The kit on real implementations"; run ``python -m specdec.conformance.hf`` for a JSON
 summary of the three batteries at the installed release.
 """

@@ -15,7 +15,7 @@ and the cases independent:
   per-step loop.
 
 Used in Appendix A3 ("The kit on real implementations") and by
-:mod:`specdec.conformance.hf`. Requires torch (``pip install 'specdec[hf]'``).
+:mod:`specdec.conformance.hf`. Requires torch (``pip install -e '.[hf]'`` in a clone).
 
 Examples
 --------
