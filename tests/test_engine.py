@@ -223,7 +223,7 @@ def test_served_engine_is_exact_with_and_without_draft(server_binary):
     for tokens in (plain, drafted):
         check = ex.check_law(tokens, law)        # each fails with probability <= 1e-6
         assert check.passed, check.message
-        assert check.detectable_tv < 0.25
+        assert check.detectable_tv < 0.3     # set by the law and the trials, not by chance
     assert ex.two_sample(plain, drafted).passed
     # one random draw per emitted token: the same seed gives the same text
     assert ex.same_seed_identity(list(long_a), list(long_b))["different"] == 0
