@@ -40,7 +40,7 @@ __all__ = ["load_engine", "rule_acceptance", "ServedStudy", "run_served_study"]
 
 def load_engine():
     """``tools/engine.py`` of the repository the models come from (tooling, not library)."""
-    path = nn.MODELS_DIR.parent / "tools" / "engine.py"
+    path = Path(__file__).resolve().parents[2] / "tools" / "engine.py"   # the checkout's root
     name = "specdec_book_engine_tool"
     if name in sys.modules:
         return sys.modules[name]
