@@ -51,6 +51,7 @@ import numpy as np
 from . import token as _token
 from .laws import check_int, tv_distance
 from .flaws import CORRECT_CYCLE, CycleRule, check_cycle_rule
+from .cycles import check_models
 from .models import ToyModel, check_prefix
 from .verify import check_rng, draw, verify
 
@@ -74,14 +75,6 @@ __all__ = [
     "account_counts",
 ]
 
-def _check_models(target, draft) -> None:
-    for nm, m in (("target", target), ("draft", draft)):
-        if not isinstance(m, ToyModel):
-            raise TypeError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
-    if draft.eos != target.eos:
-        raise ValueError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
 
 
 # --------------------------------------------------------------------------------------
@@ -313,7 +306,7 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
     >>> 1 <= res.n_emitted <= 5 and res.n_accepted <= res.n_proposed <= 4
     True
     """
-    _check_models(target, draft)
+    check_models(target, draft)
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     rng = check_rng(rng)
@@ -366,7 +359,7 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     >>> len(out.tokens) <= 5 and sum(c.n_emitted for c in out.cycles) >= len(out.tokens)
     True
     """
-    _check_models(target, draft)
+    check_models(target, draft)
     prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)
@@ -422,7 +415,7 @@ def _batch_cycle(target: ToyModel, draft: ToyModel, buf: np.ndarray, lens: np.nd
 
 
 def _check_batch_args(target, draft, prefix, gamma, n, rng):
-    _check_models(target, draft)
+    check_models(target, draft)
     prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     n = check_int(n, "n", minimum=1)
@@ -787,7 +780,7 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
     >>> round(law_tv(law, sequence_law(p, (), 3)), 12)
     0.0
     """
-    _check_models(target, draft)
+    check_models(target, draft)
     prompt = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)
@@ -819,7 +812,7 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
 
 
 def _cycle_table(target, draft, prefix, gamma, variant):
-    _check_models(target, draft)
+    check_models(target, draft)
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     variant = check_cycle_rule(variant)
