@@ -37,6 +37,7 @@ __all__ = [
     "percentile",
     "percentiles",
     "median_iqr",
+    "quartiles",
     "RequestMetrics",
     "request_metrics",
     "RunSummary",
@@ -129,17 +130,47 @@ def percentiles(values, qs: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
     return {f"p{q:g}": percentile(values, q) for q in qs}
 
 
+def quartiles(values) -> tuple[float, float, float]:
+    """First quartile, median and third quartile (25th, 50th, 75th percentiles).
+
+    Linear interpolation between order statistics (``numpy.percentile``'s default), so
+    the median need not be centred between the quartiles: a bar from ``q1`` to ``q3``
+    is the interquartile range as it lies. Used for Chapter 8's error bars.
+
+    Parameters
+    ----------
+    values : array_like
+        Non-empty, finite.
+
+    Returns
+    -------
+    (q1, median, q3) : tuple of float
+
+    Raises
+    ------
+    ValueError
+        If ``values`` is empty or not all finite.
+
+    Examples
+    --------
+    >>> quartiles([1.0, 2.0, 3.0, 4.0, 10.0])
+    (2.0, 3.0, 4.0)
+    """
+    arr = _values(values, "values")
+    q25, q50, q75 = np.percentile(arr, [25, 50, 75])
+    return float(q25), float(q50), float(q75)
+
+
 def median_iqr(values) -> tuple[float, float]:
-    """Median and interquartile range (75th minus 25th percentile).
+    """Median and interquartile range (75th minus 25th percentile); see :func:`quartiles`.
 
     Examples
     --------
     >>> median_iqr([1.0, 2.0, 3.0, 4.0, 5.0])
     (3.0, 2.0)
     """
-    arr = _values(values, "values")
-    q25, q50, q75 = np.percentile(arr, [25, 50, 75])
-    return float(q50), float(q75 - q25)
+    q25, q50, q75 = quartiles(values)
+    return q50, q75 - q25
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import decode as dec
 from . import laws
-from .measure import (Clock, Report, RequestMetrics, median_iqr, peak_memory,
+from .measure import (Clock, Report, RequestMetrics, median_iqr, peak_memory, quartiles,
                       prompt_distribution, request_metrics, rotation, summarize)
 from .nn import Transformer
 
@@ -206,7 +206,8 @@ def _aggregate(raw: Sequence[dict], keys: Sequence[str], baseline: Mapping[tuple
             ratio = [r["throughput"] / b["throughput"] for r in rows for b in raw
                      if b["repeat"] == r["repeat"] and b["setting"] == base
                      and all(b[k] == r[k] for k in keys if k != "setting")]
-            agg["speedup"], agg["speedup_iqr"] = median_iqr(ratio)
+            q1, agg["speedup"], q3 = quartiles(ratio)
+            agg["speedup_q1"], agg["speedup_q3"], agg["speedup_iqr"] = q1, q3, q3 - q1
         out.append(agg)
     return out
 
@@ -241,7 +242,9 @@ def compare(settings: Sequence[Setting], prompts: Mapping[str, Sequence[str]], *
     Report
         Rows per (language, setting): medians and IQRs over repeats of throughput
         (tokens/s), TTFT and ITL percentiles (s), acceptance, tokens per cycle, speedup
-        against the baseline; raw rows per repeat.
+        against the baseline (``speedup`` the median of the paired ratios,
+        ``speedup_q1``/``speedup_q3`` their quartiles, ``speedup_iqr`` = q3 - q1); raw
+        rows per repeat.
     """
     repeats = laws.check_int(repeats, "repeats", minimum=1)
     names = [s.name for s in settings]
@@ -304,7 +307,8 @@ def concurrency(target: Transformer, draft: Transformer, prompts: Sequence[str],
     -------
     Report
         Rows per (batch, setting): throughput (tokens/s, all requests), TTFT and ITL,
-        and for the speculative setting the paired gain over the baseline.
+        and for the speculative setting the paired gain over the baseline (``speedup``,
+        its quartiles ``speedup_q1`` and ``speedup_q3``, and ``speedup_iqr``).
     """
     repeats = laws.check_int(repeats, "repeats", minimum=1)
     sizes = [laws.check_int(b, "batch_sizes", minimum=1) for b in batch_sizes]

@@ -211,6 +211,8 @@ def test_cli_sweep_and_paired(tmp_path, capsys):
         paired = json.loads(out.read_text())["paired"]
         spec_rows = [r for r in paired["rows"] if r["setting"] == "speculative"]
         assert len(spec_rows) == 2 and all(r["speedup"] > 0 for r in spec_rows)
+        assert all(r["speedup_q1"] <= r["speedup"] <= r["speedup_q3"] and r["speedup_iqr"]
+                   == r["speedup_q3"] - r["speedup_q1"] for r in spec_rows)
         assert len(paired["runs"]) == 2 * 2 * 2
         # interleaved: the order of settings rotates with the repeat
         order = [(r["repeat"], r["setting"]) for r in paired["runs"] if r["language"] == "it"]

@@ -44,6 +44,9 @@ def test_percentiles_exact():
     assert ms.percentiles(np.arange(101.0)) == {"p50": 50.0, "p90": 90.0, "p99": 99.0}
     assert ms.percentile([0.0, 10.0], 99) == pytest.approx(9.9)
     assert ms.median_iqr([1, 2, 3, 4, 5]) == (3.0, 2.0)
+    # skewed: the median is not centred between the quartiles
+    assert ms.quartiles([1.0, 2.0, 3.0, 4.0, 10.0]) == (2.0, 3.0, 4.0)
+    assert ms.quartiles([1.0, 1.0, 1.0, 5.0]) == (1.0, 1.0, 2.0)
     with pytest.raises(ValueError, match="at least one value"):
         ms.percentile([], 50)
     with pytest.raises(ValueError, match="q: must be in"):
@@ -59,6 +62,9 @@ def test_percentiles_properties(values):
     assert min(values) <= p["p50"] <= p["p90"] <= p["p99"] <= max(values)
     m, iqr = ms.median_iqr(values)
     assert iqr >= 0 and ms.median_iqr(values[::-1]) == (m, iqr)
+    q1, q2, q3 = ms.quartiles(values)
+    assert min(values) <= q1 <= q2 <= q3 <= max(values) and q2 == m
+    assert q3 - q1 == pytest.approx(iqr, abs=1e-12 * (1 + abs(q3)))
 
 
 def test_request_metrics_from_times():
@@ -159,6 +165,14 @@ def test_compare_and_concurrency_structure(pair):
     assert len(rep.raw) == 2 * 2 * 2 and len(rep.rows) == 4
     spec = [r for r in rep.rows if r["setting"] == "spec g=2"]
     assert all(r["speedup"] > 0 and r["peak_memory_mib"] > 0 for r in spec)
+    # the speedup's bar (Chapter 8's figures) is the quartiles of the paired ratios
+    for r in spec:
+        ratios = [s_["throughput"] / b["throughput"] for s_ in rep.raw for b in rep.raw
+                  if s_["setting"] == "spec g=2" and b["setting"] == "baseline"
+                  and s_["language"] == b["language"] == r["language"]
+                  and s_["repeat"] == b["repeat"]]
+        assert (r["speedup_q1"], r["speedup"], r["speedup_q3"]) == ms.quartiles(ratios)
+        assert r["speedup_iqr"] == r["speedup_q3"] - r["speedup_q1"]
     base = [r for r in rep.rows if r["setting"] == "baseline"]
     # with a tick clock every reading costs 0.01 s: a baseline request of 6 tokens reads
     # the clock at its start, after the prefill, at its first token, 3 times for each

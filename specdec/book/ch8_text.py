@@ -11,7 +11,8 @@ from __future__ import annotations
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "rule_comparison",
-           "served_speedup", "served_vs_book", "disturbance_note", "goodput_trend"]
+           "served_speedup", "served_vs_book", "disturbance_note", "goodput_trend",
+           "g_against_lines"]
 
 
 def _clear(diff: float, spread: float) -> bool:
@@ -183,3 +184,41 @@ def goodput_trend(rates, base, spec) -> str:
         return f"the draft lowers goodput at {losses} of {len(rates)} rates and raises it at none"
     return (f"the draft raises goodput at {wins} and lowers it at {losses} of "
             f"{len(rates)} rates")
+
+
+def g_against_lines(curves) -> str:
+    """Where measured verification costs lie against the lines g = 1 and g = γ + 1.
+
+    Parameters
+    ----------
+    curves : mapping name -> mapping gamma -> g
+        E.g. ``{"deep target": {1: 1.4, 2: 1.9}, "wide target": {1: 2.3, 2: 2.6}}``.
+
+    Returns
+    -------
+    str
+        One sentence for Fig. 8.3's caption naming every curve and draft length whose
+        ``g`` lies above ``gamma + 1`` or below 1, or saying that none does.
+    """
+    def listed(ks):
+        ks = [str(k) for k in ks]
+        return ks[0] if len(ks) == 1 else ", ".join(ks[:-1]) + " and " + ks[-1]
+
+    parts, outside, total = [], 0, 0
+    for name, g in curves.items():
+        above = [k for k in sorted(g) if g[k] > k + 1]
+        below = [k for k in sorted(g) if g[k] < 1]
+        outside += len(above) + len(below)
+        total += len(g)
+        if above:
+            parts.append(f"the {name} is above g = γ + 1 at γ = {listed(above)}, so its pass "
+                         f"costs more than that many of its own single steps")
+        if below:
+            parts.append(f"the {name} is below g = 1 at γ = {listed(below)}, so its pass "
+                         f"costs less than one of its own single steps")
+    if not parts:
+        return "Every measured g lies between the two grey lines."
+    rest = ("; every other measured g lies between the two grey lines" if outside < total
+            else "; no measured g lies between the two grey lines")
+    text = "; ".join(parts) + rest + "."
+    return text[0].upper() + text[1:]

@@ -51,7 +51,8 @@ concurrency} or {kind: open, rate, burstiness}), ``requests``, ``wall`` (s),
 ``start``, ``chunk_times``, ``chunk_texts``, ``chunk_tokens``, ``end``,
 ``completion_tokens``, ``prompt_tokens``, ``timings``, ``finish_reason``, ``ttft``,
 ``e2e``, ``tpot``; with ``--baseline``, ``paired``: the output of
-:func:`specdec.client.load.paired` (``rows`` with paired ``speedup`` and ``speedup_iqr``).
+:func:`specdec.client.load.paired` (``rows`` with paired ``speedup``, its quartiles
+``speedup_q1`` and ``speedup_q3``, and ``speedup_iqr``).
 Times are the client's :func:`time.perf_counter` in seconds.
 
 Used in Chapter 8.

@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 import httpx
 import numpy as np
 
-from ..measure import median_iqr, percentiles, rotation
+from ..measure import median_iqr, percentiles, quartiles, rotation
 from .stream import (ClientError, Endpoint, RequestRecord, RequestSpec, run_async,
                      stream_request)
 
@@ -336,7 +336,8 @@ def paired(endpoints: Mapping[str, Endpoint], prompts: Mapping[str, Sequence[str
         ``runs``: one summary per (repeat, language, setting) (:func:`summarize_run`,
         plus ``repeat``, ``language``, ``records``); ``rows``: per (language, setting),
         medians and IQRs over repeats of output throughput, TTFT p50, TPOT p50, ITL p99,
-        acceptance, and ``speedup``, ``speedup_iqr`` against the baseline.
+        acceptance, and against the baseline ``speedup`` (median of the paired ratios),
+        ``speedup_q1``, ``speedup_q3`` (their quartiles) and ``speedup_iqr``.
     """
     from .stream import plain_sampling
 
@@ -372,7 +373,8 @@ def paired(endpoints: Mapping[str, Endpoint], prompts: Mapping[str, Sequence[str
             if name != baseline:
                 ratio = [x["output_throughput"] / base[x["repeat"]]["output_throughput"]
                          for x in mine]
-                row["speedup"], row["speedup_iqr"] = median_iqr(ratio)
+                q1, row["speedup"], q3 = quartiles(ratio)
+                row["speedup_q1"], row["speedup_q3"], row["speedup_iqr"] = q1, q3, q3 - q1
             rows.append(row)
     return {"protocol": "paired, interleaved: settings in rotating order inside every repeat "
                         "and language; request k has seed seed + k in every setting",
