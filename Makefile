@@ -55,12 +55,14 @@ $(STAMP): pyproject.toml requirements-lock.txt
 	@touch $@
 
 # Rewrite requirements-lock.txt from .venv (after a dependency changed in pyproject.toml:
-# pip install the new one into .venv first); the provenance boxes link to it.
+# pip install the new one into .venv first), and environment.yml from it (Binder and
+# conda get the same exact versions); the provenance boxes link to the lock.
 .PHONY: lock
 lock: $(STAMP)
 	@{ sed -n '/^#/p' requirements-lock.txt; $(PY) -m pip freeze --exclude-editable; } > requirements-lock.txt.tmp
 	@mv requirements-lock.txt.tmp requirements-lock.txt
 	@echo "wrote requirements-lock.txt ($$(grep -vc '^#' requirements-lock.txt) distributions)"
+	@$(PY) tools/environment.py
 
 # Render the PDF with xelatex from the notebooks `make book` executed (none is executed
 # again); installs TeX with apt-get if missing (as root) and prints the PDF's path.

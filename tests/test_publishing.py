@@ -438,25 +438,46 @@ def _requirement_key(req: str) -> tuple[str, str]:
     return re.sub(r"[-_.]+", "-", name).lower(), ",".join(sorted(spec.split(","))) if spec else ""
 
 
-def test_environment_yml_matches_pyproject():
+def test_environment_yml_is_the_lock():
+    """Binder/conda get the lock's exact versions: environment.yml is generated from
+    requirements-lock.txt (tools/environment.py, run by `make lock`) and pins every base
+    and `book` requirement of pyproject.toml at a version its specifier allows."""
+    from packaging.requirements import Requirement
+
+    import environment as env_tool  # tools/environment.py
+
+    lock = (REPO / "requirements-lock.txt").read_text(encoding="utf-8")
+    text = (REPO / "environment.yml").read_text(encoding="utf-8")
+    assert text == env_tool.render(lock), "environment.yml is out of date: run `make lock`"
+    env = yaml.safe_load(text)
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert pip[-1] == "-e ." and sorted(pip[:-1]) == sorted(env_tool.lock_pins(lock))
+    pinned = {_requirement_key(p.split("==")[0])[0]: p.split("==")[1] for p in pip[:-1]}
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    wanted = {_requirement_key(r) for r in project["dependencies"]}
-    wanted |= {_requirement_key(r) for r in project["optional-dependencies"]["book"]}
-    env = yaml.safe_load((REPO / "environment.yml").read_text())
-    conda, pip = set(), []
-    for dep in env["dependencies"]:
-        if isinstance(dep, dict):
-            pip += dep.get("pip", [])
-        elif not re.match(r"^(python|pip)\b", dep):
-            conda.add(_requirement_key(dep))
-    listed = conda | {_requirement_key(r) for r in pip if not r.startswith("-")}
-    assert listed == wanted, ("environment.yml and pyproject.toml ([project] dependencies and "
-                              f"the book extra) differ: only in environment.yml "
-                              f"{sorted(listed - wanted)}, only in pyproject {sorted(wanted - listed)}")
-    assert "-e ." in pip  # the library itself
-    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    wrong = []
+    for req in map(Requirement, [*project["dependencies"],
+                                 *project["optional-dependencies"]["book"]]):
+        version = pinned.get(_requirement_key(req.name)[0])
+        if version is None or version not in req.specifier:
+            wrong.append(f"{req}: environment.yml has {version}")
+    assert wrong == []
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    assert conda == [f"python={env_tool.lock_python(lock)}", "pip"]
     minimum = re.search(r">=\s*(\d+\.\d+)", project["requires-python"]).group(1)
-    assert python.split("=")[-1] >= minimum
+    assert tuple(map(int, env_tool.lock_python(lock).split("."))) >= \
+        tuple(map(int, minimum.split(".")))
+    assert "tools/environment.py" in (REPO / "Makefile").read_text()
+
+
+def test_environment_tool_refuses_a_malformed_lock():
+    import environment as env_tool
+
+    with pytest.raises(ValueError, match="line 2: 'numpy>=1.26' is not name==version"):
+        env_tool.lock_pins("# Python 3.11\nnumpy>=1.26\n")
+    with pytest.raises(ValueError, match="must name the Python version"):
+        env_tool.render("# no version here\nnumpy==2.0.0\n")
+    text = env_tool.render("# built with Python 3.12\nnumpy==2.0.0\nscipy==1.14.1\n")
+    assert "  - python=3.12\n" in text and "      - scipy==1.14.1\n      - -e .\n" in text
 
 
 def test_workflow_builds_html_and_pdf_and_deploys_pages():
