@@ -34,7 +34,8 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str) -> str:
     Returns
     -------
     str
-        A ``{table}`` directive.
+        A ``{table}`` directive in a colon fence (``:::``): a backtick fence would end at
+        the first inline code of the caption, and the table would lose its number.
 
     Raises
     ------
@@ -45,13 +46,13 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str) -> str:
     Examples
     --------
     >>> print(table_markdown(["| a | b |", "|--|--|", "| 1 | 2 |"], "Two numbers.", "tab-x-y"))
-    ```{table} Two numbers.
+    :::{table} Two numbers.
     :name: tab-x-y
     <BLANKLINE>
     | a | b |
     |--|--|
     | 1 | 2 |
-    ```
+    :::
     """
     lines = rows.splitlines() if isinstance(rows, str) else list(rows)
     if not caption.strip() or "\n" in caption:
@@ -61,7 +62,7 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str) -> str:
     if len(lines) < 2 or not all(line.lstrip().startswith("|") for line in lines):
         raise ValueError("rows: must be the lines of a Markdown table (header, separator, "
                          "body), each starting with '|'")
-    return "\n".join([f"```{{table}} {caption.strip()}", f":name: {name}", "", *lines, "```"])
+    return "\n".join([f":::{{table}} {caption.strip()}", f":name: {name}", "", *lines, ":::"])
 
 
 def number_tables(markdown: str, captions: Sequence[tuple[str, str]]) -> str:
@@ -81,13 +82,13 @@ def number_tables(markdown: str, captions: Sequence[tuple[str, str]]) -> str:
     >>> print(number_tables("Two:\\n\\n| a |\\n|--|\\n| 1 |\\n\\nend", [("One.", "tab-x-one")]))
     Two:
     <BLANKLINE>
-    ```{table} One.
+    :::{table} One.
     :name: tab-x-one
     <BLANKLINE>
     | a |
     |--|
     | 1 |
-    ```
+    :::
     <BLANKLINE>
     end
     """
