@@ -20,19 +20,13 @@ Eqs. 4-5):
 A draft block that ends with EOS has no bonus position: ``tau = k`` then emits the block.
 (This equals the paper's rule on models padded after EOS, where draft and target agree.)
 
-Besides the exact rule (:data:`EXACT_VARIANTS`), two flawed variants that real
-implementations shipped or were asked to ship (:data:`FLAWED_VARIANTS`):
-
-``"token_residual"``
-    The block rule's accepted length, but the corrected token is drawn from the
-    token-level residual ``(p_{tau+1} - q_{tau+1})^+`` instead of the block residual
-    (vllm-ascend issue #7807, fixed by PR #7808: "``sample_recovered_tokens`` draws tokens
-    from the same distribution, regardless of whether block_verify is enabled").
-``"first_failure"``
-    Stop the scan at the first position with ``eta_i > h_i`` (accept the contiguous run
-    of passes), the change a review of vllm-ascend PR #11985 asked for ("If a token at
-    step i is rejected (u > h), all subsequent tokens must ..."). Block verification
-    needs the *last* pass, not the first failure.
+The two exact rules are objects (:class:`specdec.cycles.ChainRule`): :data:`TOKEN`
+(token by token) and :data:`BLOCK` (Sun et al.). Block verification's hooks
+(:meth:`BlockVerification.tau_law` and :meth:`BlockVerification.accepted_length`, the
+stopping rule; :meth:`BlockVerification.residual_weight`, the corrected token's law) are
+what the flawed variants that real implementations shipped override, each one object in
+:mod:`specdec.flaws` (:data:`specdec.flaws.BLOCK_FLAWS`: ``TOKEN_RESIDUAL``,
+``FIRST_FAILURE``).
 
 The module also gives the paper's worked example in exact fractions
 (:func:`paper_example`: 10/9, 11/9 and 12/9 accepted drafts per cycle) and the bound that
@@ -51,53 +45,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import ClassVar
 
 import numpy as np
 
 from . import cycles
-from .verify import check_rng
 from .cycles import DraftPath, LawOracle
-from .laws import LawError, check_int
-from .models import ToyModel, check_prefix
+from .laws import check_int
+from .models import check_prefix
 
 __all__ = [
-    "VARIANTS",
-    "EXACT_VARIANTS",
-    "FLAWED_VARIANTS",
-    "ISSUES",
     "block_weights",
     "stopping_probabilities",
-    "token_verify",
-    "block_verify",
-    "cycle_outcomes",
-    "sequence_law",
-    "accepted_count_law",
-    "mean_accepted",
+    "TokenByToken",
+    "BlockVerification",
+    "TOKEN",
+    "BLOCK",
+    "RULES",
     "accepted_bound",
     "PaperExample",
     "paper_example",
-    "sample_cycle",
 ]
-
-#: Verification rules of this module. ``"token"`` is token-by-token verification,
-#: ``"block"`` Sun et al.'s block verification; the others are flawed block variants.
-VARIANTS: tuple[str, ...] = ("token", "block", "token_residual", "first_failure")
-#: Rules whose emitted sequence has exactly the target's law.
-EXACT_VARIANTS: tuple[str, ...] = ("token", "block")
-#: Flawed block-verification variants (see the module docstring).
-FLAWED_VARIANTS: tuple[str, ...] = ("token_residual", "first_failure")
-#: Where each flawed variant was shipped or proposed.
-ISSUES: dict[str, str] = {
-    "token_residual": "https://github.com/vllm-project/vllm-ascend/issues/7807",
-    "first_failure": "https://github.com/vllm-project/vllm-ascend/pull/11985",
-}
-
-
-def _check_variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: must be one of {VARIANTS} (got {variant!r})")
-    return variant
-
 
 def block_weights(path: DraftPath) -> list:
     """Cumulative weights ``w_0 = 1, w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1)``.
@@ -139,25 +107,6 @@ def stopping_probabilities(path: DraftPath) -> list:
     return h
 
 
-def _tau_law(h: list, first_failure: bool) -> list:
-    """``P(tau = i)``, ``i = 0..k``, from the stopping probabilities."""
-    k = len(h) - 1
-    if first_failure:
-        out, run = [], h[0]
-        for i in range(k + 1):
-            nxt = h[i + 1] if i < k else None
-            out.append(run * (1 - nxt) if nxt is not None else run)
-            if nxt is not None:
-                run = run * nxt
-        return out
-    out = [0] * (k + 1)
-    tail = h[0] * 0 + 1
-    for i in range(k, -1, -1):
-        out[i] = h[i] * tail
-        tail = tail * (1 - h[i])
-    return out
-
-
 def _finish(path: DraftPath, tau: int, weight, law: list, total, out: list) -> None:
     """Append the outcomes ``x_1..x_tau, Y`` with ``Y ~ law / total``."""
     if weight <= 0 or total <= 0:
@@ -166,30 +115,6 @@ def _finish(path: DraftPath, tau: int, weight, law: list, total, out: list) -> N
     for y, m in enumerate(law):
         if m > 0:
             out.append((weight * m / total, head + (y,), tau))
-
-
-def token_verify(path: DraftPath) -> list:
-    """Outcomes of token-by-token verification given a draft path.
-
-    Accept ``x_i`` with probability ``min(1, p_i(x_i) / q_i(x_i))`` left to right; at the
-    first rejection emit a draw from ``(p_i - q_i)^+``; after a full acceptance a bonus
-    from ``p_{k+1}`` (none after EOS).
-
-    Returns
-    -------
-    list of (probability given the path, emitted, n_accepted)
-    """
-    out: list = []
-    run = path.prob * 0 + 1
-    k = len(path.tokens)
-    for i, x in enumerate(path.tokens):
-        p, q = path.p[i], path.q[i]
-        a = min(p[x] / q[x], run * 0 + 1)
-        plus, z = _residual(1, p, q)
-        _finish(path, i, run * (1 - a), plus, z, out)
-        run = run * a
-    _accept_all(path, k, run, out)
-    return out
 
 
 def _accept_all(path: DraftPath, k: int, weight, out: list) -> None:
@@ -201,87 +126,108 @@ def _accept_all(path: DraftPath, k: int, weight, out: list) -> None:
         _finish(path, k, weight, path.p[k], sum(path.p[k]), out)
 
 
-def block_verify(path: DraftPath, variant: str = "block") -> list:
-    """Outcomes of block verification (or a flawed variant) given a draft path.
+def _emit(path: DraftPath, tau: int, law, u: float) -> tuple[tuple, int]:
+    """``x_1..x_tau`` and one token drawn from ``law`` with ``u`` (the block alone at EOS)."""
+    if law is None:
+        return path.tokens, len(path.tokens)
+    return path.tokens[:tau] + (cycles.draw_weights(law, u),), tau
 
-    Parameters
-    ----------
-    path : DraftPath
-        A drafted block and the laws along it.
-    variant : str
-        ``"block"`` (Sun et al., Algorithm 2), ``"token_residual"`` or
-        ``"first_failure"`` (see the module docstring); ``"token"`` delegates to
-        :func:`token_verify`.
 
-    Returns
-    -------
-    list of (probability given the path, emitted, n_accepted)
+@dataclass(frozen=True, repr=False)
+class TokenByToken(cycles.ChainRule):
+    """Token-by-token verification (Leviathan et al. 2023, Algorithm 1): exact.
 
-    Raises
-    ------
-    ValueError
-        Unknown variant.
+    Accept ``x_i`` with probability ``min(1, p_i(x_i) / q_i(x_i))`` left to right; at the
+    first rejection emit a draw from ``(p_i - q_i)^+``; after a full acceptance a bonus
+    from ``p_{k+1}`` (none after EOS). The same law as :mod:`specdec.block`, in the
+    generic arithmetic of :mod:`specdec.cycles` (fractions stay exact).
     """
-    variant = _check_variant(variant)
-    if variant == "token":
-        return token_verify(path)
-    w = block_weights(path)
-    h = stopping_probabilities(path)
-    taus = _tau_law(h, variant == "first_failure")
-    k = len(path.tokens)
-    out: list = []
-    for tau in range(k):
-        if variant == "token_residual":
-            law, z = _residual(1, path.p[tau], path.q[tau])
+
+    name: ClassVar[str] = "token"
+
+    def verify(self, path):
+        out: list = []
+        run = path.prob * 0 + 1
+        for i, x in enumerate(path.tokens):
+            p, q = path.p[i], path.q[i]
+            a = min(p[x] / q[x], run * 0 + 1)
+            plus, z = _residual(1, p, q)
+            _finish(path, i, run * (1 - a), plus, z, out)
+            run = run * a
+        _accept_all(path, len(path.tokens), run, out)
+        return out
+
+    def sample_path(self, path, rng):
+        k = len(path.tokens)
+        eta = rng.random(k)
+        tau = next((i for i, x in enumerate(path.tokens)
+                    if not eta[i] * path.q[i][x] < path.p[i][x]), k)
+        if tau < k:
+            law = np.maximum(np.array(path.p[tau]) - np.array(path.q[tau]), 0.0)
         else:
-            law, z = _residual(w[tau], path.p[tau], path.q[tau])
-        _finish(path, tau, taus[tau], law, z, out)
-    _accept_all(path, k, taus[k], out)
-    return out
+            law = None if path.ends else path.p[k]
+        return _emit(path, tau, law, rng.random())
 
 
-def cycle_outcomes(oracle: LawOracle, ctx: tuple, gamma: int, variant: str = "block") -> list:
-    """Outcomes ``(probability, emitted, n_accepted)`` of one cycle from ``ctx``."""
-    variant = _check_variant(variant)
-    return cycles.chain_outcomes(lambda path: block_verify(path, variant), oracle, ctx, gamma)
+@dataclass(frozen=True, repr=False)
+class BlockVerification(cycles.ChainRule):
+    """Block verification (Sun et al. 2025, Algorithm 2): exact, never fewer accepted tokens.
 
-
-def sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
-                 variant: str = "block") -> dict:
-    """Exact law of the first ``length`` emitted tokens under repeated cycles of ``variant``.
-
-    Parameters
-    ----------
-    target, draft : ToyModel
-        Same vocabulary and EOS id.
-    prefix : sequence of int
-        Prompt (no EOS).
-    gamma : int
-        Draft length (>= 1).
-    length : int
-        Tokens whose law is computed (>= 1; cost grows like ``V ** length``).
-    variant : str
-        One of :data:`VARIANTS`.
-
-    Returns
-    -------
-    dict[tuple[int, ...], float]
-        Keys as in :func:`specdec.models.sequence_law`; equal to the target's law for
-        the :data:`EXACT_VARIANTS` (Sun et al., Theorem 1), not for the flawed ones.
-
-    Examples
-    --------
-    >>> from specdec.models import toy_pair, sequence_law as target_law
-    >>> from specdec.block import law_tv
-    >>> p, q = toy_pair()
-    >>> round(law_tv(sequence_law(p, q, (), 3, 4), target_law(p, (), 4)), 12)
-    0.0
+    The accepted length ``tau`` is the last ``i`` whose uniform passes (``eta_i <= h_i``);
+    the corrected token is drawn from the block residual ``(w_tau p_{tau+1} - q_{tau+1})^+``.
+    The three hooks below are the places the flaws of :mod:`specdec.flaws` override.
     """
-    oracle = cycles.model_oracle(target, draft)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    variant = _check_variant(variant)
-    return cycles.rule_sequence_law(lambda ctx: cycle_outcomes(oracle, ctx, gamma, variant),
-                                    oracle, prefix, length)
+
+    name: ClassVar[str] = "block"
+
+    def tau_law(self, h: list) -> list:
+        """``P(tau = i)``, ``i = 0..k``: the last pass, ``h_i prod_{j > i} (1 - h_j)``."""
+        k = len(h) - 1
+        out = [0] * (k + 1)
+        tail = h[0] * 0 + 1
+        for i in range(k, -1, -1):
+            out[i] = h[i] * tail
+            tail = tail * (1 - h[i])
+        return out
+
+    def accepted_length(self, passed: list) -> int:
+        """``tau`` from the passes ``passed[i] = (eta_i <= h_i)`` (``passed[0]`` is True): the last."""
+        return max(i for i, ok in enumerate(passed) if ok)
+
+    def residual_weight(self, w: list, tau: int):
+        """Weight of the target law in the corrected token's residual: ``w_tau``."""
+        return w[tau]
+
+    def verify(self, path):
+        w = block_weights(path)
+        taus = self.tau_law(stopping_probabilities(path))
+        k = len(path.tokens)
+        out: list = []
+        for tau in range(k):
+            law, z = _residual(self.residual_weight(w, tau), path.p[tau], path.q[tau])
+            _finish(path, tau, taus[tau], law, z, out)
+        _accept_all(path, k, taus[k], out)
+        return out
+
+    def sample_path(self, path, rng):
+        k = len(path.tokens)
+        eta = rng.random(k)
+        h = stopping_probabilities(path)
+        tau = self.accepted_length([True] + [bool(eta[i - 1] <= h[i]) for i in range(1, k + 1)])
+        if tau < k:
+            scale = self.residual_weight(block_weights(path), tau)
+            law = np.maximum(scale * np.array(path.p[tau]) - np.array(path.q[tau]), 0.0)
+        else:
+            law = None if path.ends else path.p[k]
+        return _emit(path, tau, law, rng.random())
+
+
+#: Token-by-token verification.
+TOKEN = TokenByToken()
+#: Sun et al.'s block verification.
+BLOCK = BlockVerification()
+#: The exact rules of this module (the flawed ones are :data:`specdec.flaws.BLOCK_FLAWS`).
+RULES: tuple[cycles.ChainRule, ...] = (TOKEN, BLOCK)
 
 
 def _oracle_and_ctx(target, draft, prefix):
@@ -289,36 +235,6 @@ def _oracle_and_ctx(target, draft, prefix):
         return target, tuple(prefix)
     oracle = cycles.model_oracle(target, draft)
     return oracle, check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
-
-
-def accepted_count_law(target, draft, prefix, gamma: int, variant: str = "block") -> list:
-    """Exact law of the number of accepted drafted tokens in one cycle from ``prefix``.
-
-    ``target`` may be a :class:`~specdec.cycles.LawOracle` (then ``draft`` is ignored),
-    which keeps fractions exact.
-
-    Returns
-    -------
-    list, length ``gamma + 1``
-        Entry ``i`` is P(``i`` drafted tokens accepted).
-
-    Examples
-    --------
-    >>> from fractions import Fraction as F
-    >>> from specdec.cycles import fixed_oracle
-    >>> o = fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)])
-    >>> [str(x) for x in accepted_count_law(o, None, (), 2, "block")]
-    ['1/3', '1/9', '5/9']
-    """
-    oracle, ctx = _oracle_and_ctx(target, draft, prefix)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    return cycles.accepted_count_law(cycle_outcomes(oracle, ctx, gamma, variant), gamma)
-
-
-def mean_accepted(target, draft, prefix, gamma: int, variant: str = "block"):
-    """Expected accepted drafted tokens per cycle (exact: fractions stay fractions)."""
-    law = accepted_count_law(target, draft, prefix, gamma, variant)
-    return sum(i * w for i, w in enumerate(law))
 
 
 def accepted_bound(target, draft, prefix, gamma: int):
@@ -340,7 +256,7 @@ def accepted_bound(target, draft, prefix, gamma: int):
     Parameters
     ----------
     target, draft, prefix, gamma
-        As in :func:`accepted_count_law` (``target`` may be a LawOracle).
+        As in :meth:`specdec.cycles.Rule.accepted_count_law` (``target`` may be a LawOracle).
 
     Returns
     -------
@@ -415,75 +331,10 @@ def paper_example() -> PaperExample:
     p = (Fraction(1, 3), Fraction(2, 3))
     q = (Fraction(2, 3), Fraction(1, 3))
     oracle = cycles.fixed_oracle(p, q)
-    tl = accepted_count_law(oracle, None, (), 2, "token")
-    bl = accepted_count_law(oracle, None, (), 2, "block")
+    tl = TOKEN.accepted_count_law(oracle, None, (), 2)
+    bl = BLOCK.accepted_count_law(oracle, None, (), 2)
     return PaperExample(p=p, q=q, gamma=2,
                         token=sum(i * w for i, w in enumerate(tl)),
                         block=sum(i * w for i, w in enumerate(bl)),
                         bound=accepted_bound(oracle, None, (), 2),
                         token_law=tuple(tl), block_law=tuple(bl))
-
-
-
-def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng,
-                 variant: str = "block") -> tuple[tuple[int, ...], int]:
-    """One cycle of ``variant``, sampled (reference implementation, for reading).
-
-    Random numbers: one uniform per drafted token, one ``eta_i`` per position, one for
-    the corrected or bonus token.
-
-    Returns
-    -------
-    (emitted, n_accepted)
-
-    Examples
-    --------
-    >>> from specdec.models import toy_pair
-    >>> p, q = toy_pair()
-    >>> emitted, n = sample_cycle(p, q, (), 3, np.random.default_rng(0))
-    >>> 1 <= len(emitted) <= 4 and n == len(emitted) - 1
-    True
-    """
-    cycles.check_models(target, draft)
-    ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    rng = check_rng(rng)
-    variant = _check_variant(variant)
-    toks, ps, qs = [], [], []
-    while len(toks) < gamma and not (toks and toks[-1] == target.eos):
-        here = ctx + tuple(toks)
-        q = draft.next_law(here)
-        toks.append(cycles.draw_weights(q, rng.random()))
-        ps.append(target.next_law(here).tolist())
-        qs.append(q.tolist())
-    if toks[-1] != target.eos:
-        ps.append(target.next_law(ctx + tuple(toks)).tolist())
-    path = DraftPath(tuple(toks), 1.0, tuple(ps), tuple(qs))
-    k = len(toks)
-    eta = rng.random(k)
-    if variant == "token":
-        tau = k
-        for i, x in enumerate(toks):
-            if not eta[i] * qs[i][x] < ps[i][x]:
-                tau = i
-                break
-        law = ps[k] if tau == k and not path.ends else None
-        if tau < k:
-            law = np.maximum(np.array(ps[tau]) - np.array(qs[tau]), 0.0)
-    else:
-        h = stopping_probabilities(path)
-        passed = [True] + [bool(eta[i - 1] <= h[i]) for i in range(1, k + 1)]
-        if variant == "first_failure":
-            tau = next((i - 1 for i in range(1, k + 1) if not passed[i]), k)
-        else:
-            tau = max(i for i in range(k + 1) if passed[i])
-        w = block_weights(path)
-        if tau < k:
-            scale = 1.0 if variant == "token_residual" else w[tau]
-            law = np.maximum(scale * np.array(ps[tau]) - np.array(qs[tau]), 0.0)
-        else:
-            law = None if path.ends else ps[k]
-    u = rng.random()
-    if law is None:
-        return tuple(toks), k
-    return tuple(toks[:tau]) + (cycles.draw_weights(law, u),), tau

@@ -20,6 +20,18 @@ gives floating-point laws on the toy models of :mod:`specdec.models` and exact r
 laws (``fractions.Fraction``) on the context-free examples of the papers
 (:func:`fixed_oracle`).
 
+Every rule is an object (:class:`Rule`; :class:`ChainRule` for the rules that verify one
+drafted chain) with two halves that must agree: :meth:`Rule.outcomes`, the exact law of one
+cycle, from which its sequence law, accepted-count law and mean follow
+(:meth:`Rule.sequence_law`, :meth:`Rule.accepted_count_law`, :meth:`Rule.mean_accepted`);
+and :meth:`Rule.sample`, the reference procedure that draws one cycle with explicit
+uniforms. The exact rules live in their modules (:data:`specdec.blockverify.BLOCK`,
+:data:`specdec.matching.MATCHING`, :class:`specdec.multidraft.RecursiveRejection`,
+:class:`specdec.lossy.Lossy`); each flaw is one subclass in :mod:`specdec.flaws`.
+:class:`RuleSampler` is the one adapter that hands any rule to the conformance kit as a
+block sampler, with the accepted-count law of the rule declared beside it. Used in
+Chapter 5 and Appendix A4.
+
 References
 ----------
 .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
@@ -34,7 +46,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -59,6 +71,10 @@ __all__ = [
     "draw_weights",
     "path_accepted_law",
     "real_paths",
+    "draft_chain",
+    "Rule",
+    "ChainRule",
+    "RuleSampler",
 ]
 
 #: ``(probability, emitted tokens, number of accepted drafted tokens)``.
@@ -497,3 +513,254 @@ def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greed
         out.append(DraftPath(tuple(int(t) for t in seq[i, c0:]), 1.0,
                              tuple(row.tolist() for row in ps), tuple(q[i].tolist() for q in qs)))
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Rules as objects, and the one adapter the conformance kit calls
+# --------------------------------------------------------------------------------------
+
+
+def draft_chain(target: ToyModel, draft: ToyModel, ctx: tuple, gamma: int, rng, *,
+                greedy: bool = False) -> DraftPath:
+    """Draft one chain of up to ``gamma`` tokens from ``ctx`` and record the laws along it.
+
+    One uniform of ``rng`` per drafted token (none for a greedy draft, whose recorded law
+    is a point mass on the draft's most likely token); drafting stops after an EOS
+    proposal. The target law at the bonus position is recorded unless the chain ends at
+    EOS (as in :func:`draft_paths`). ``ctx`` is assumed valid.
+
+    Returns
+    -------
+    DraftPath
+        ``prob`` is 1 (a sample, not an enumeration).
+    """
+    eos = target.eos
+    toks, ps, qs = [], [], []
+    while len(toks) < gamma and not (toks and toks[-1] == eos):
+        here = ctx + tuple(toks)
+        q = draft.next_law(here)
+        if greedy:
+            x = int(np.argmax(q))
+            q = np.zeros_like(q)
+            q[x] = 1.0
+        else:
+            x = draw_weights(q, rng.random())
+        toks.append(x)
+        ps.append(target.next_law(here).tolist())
+        qs.append(q.tolist())
+    if toks[-1] != eos:
+        ps.append(target.next_law(ctx + tuple(toks)).tolist())
+    return DraftPath(tuple(toks), 1.0, tuple(ps), tuple(qs))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A stateless verification rule: the exact law of one cycle and a reference sampler.
+
+    ``shape`` is what one cycle drafts: the draft length ``gamma`` for a chain rule, the
+    tree widths for a tree rule (:attr:`tree`). ``greedy`` drafts the draft's most likely
+    token instead of a sample (chain rules; its law is then a point mass).
+    Subclasses define :meth:`outcomes` and :meth:`sample`; the laws below follow.
+    """
+
+    name: ClassVar[str] = "rule"
+    #: Whether the emitted sequence has exactly the target's law (for any models).
+    exact: ClassVar[bool] = True
+    #: Whether ``shape`` is a tuple of tree widths (else the draft length gamma).
+    tree: ClassVar[bool] = False
+
+    def depth(self, shape) -> int:
+        """Most drafted tokens one cycle can accept (gamma; the tree's depth)."""
+        return check_int(shape, "gamma", minimum=1)
+
+    def outcomes(self, oracle: LawOracle, ctx: tuple, shape, *, greedy: bool = False) -> list:
+        """Outcomes ``(probability, emitted, n_accepted)`` of one cycle from ``ctx``."""
+        raise NotImplementedError
+
+    def sample(self, target: ToyModel, draft: ToyModel, ctx: tuple, shape, rng, *,
+               greedy: bool = False) -> tuple[tuple, int, int]:
+        """One cycle, sampled: ``(emitted, n_accepted, n_proposed)`` (inputs assumed valid)."""
+        raise NotImplementedError
+
+    def sequence_law(self, target: ToyModel, draft: ToyModel, prefix, shape, length: int, *,
+                     greedy: bool = False) -> dict:
+        """Exact law of the first ``length`` tokens emitted by repeated cycles of this rule.
+
+        Parameters
+        ----------
+        target, draft : ToyModel
+            Same vocabulary and EOS id.
+        prefix : sequence of int
+            Prompt (no EOS).
+        shape : int or tuple of int
+            Draft length gamma (chain rules) or tree widths (tree rules).
+        length : int
+            Tokens whose law is computed (cost grows like ``V ** length``).
+        greedy : bool
+            Greedy draft.
+
+        Returns
+        -------
+        dict[tuple[int, ...], float]
+            Keys as in :func:`specdec.models.sequence_law`; the target's own law when
+            :attr:`exact`.
+
+        Raises
+        ------
+        TypeError, ValueError, LawError
+            Invalid models, prefix, shape or length.
+        """
+        oracle = model_oracle(target, draft)
+        self.depth(shape)
+        return rule_sequence_law(lambda ctx: self.outcomes(oracle, ctx, shape, greedy=greedy),
+                                 oracle, prefix, length)
+
+    def _outcomes_from(self, target, draft, prefix, shape, greedy):
+        if isinstance(target, LawOracle):
+            return self.outcomes(target, tuple(prefix), shape, greedy=greedy), target
+        oracle = model_oracle(target, draft)
+        ctx = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
+        return self.outcomes(oracle, ctx, shape, greedy=greedy), oracle
+
+    def accepted_count_law(self, target, draft, prefix, shape, *, greedy: bool = False) -> list:
+        """Exact law of the number of accepted drafted tokens in one cycle from ``prefix``.
+
+        ``target`` may be a :class:`LawOracle` (``draft`` is then ignored), which keeps
+        fractions exact.
+
+        Returns
+        -------
+        list, length ``depth(shape) + 1``
+            Entry ``i`` is P(``i`` drafted tokens accepted).
+        """
+        outs, _ = self._outcomes_from(target, draft, prefix, shape, greedy)
+        return accepted_count_law(outs, self.depth(shape))
+
+    def mean_accepted(self, target, draft, prefix, shape, *, greedy: bool = False):
+        """Expected accepted drafted tokens per cycle (exact: fractions stay fractions)."""
+        law = self.accepted_count_law(target, draft, prefix, shape, greedy=greedy)
+        return sum(i * w for i, w in enumerate(law))
+
+    def first_cycle_accepted_law(self, target, draft, prefix, shape, *,
+                                 greedy: bool = False) -> np.ndarray:
+        """Joint law of one cycle's accepted count and its end at an accepted end-of-sequence.
+
+        Returns
+        -------
+        numpy.ndarray, shape (depth + 1, 2)
+            ``[k, e]``: probability that ``k`` drafted tokens are accepted and (``e = 1``)
+            the cycle ends at an accepted EOS proposal (no token follows it). The contract
+            of the conformance kit's declared accepted-count laws.
+        """
+        outs, oracle = self._outcomes_from(target, draft, prefix, shape, greedy)
+        out = np.zeros((self.depth(shape) + 1, 2))
+        for pr, emitted, n in outs:
+            ends = oracle.eos is not None and n == len(emitted) and emitted[-1] == oracle.eos
+            out[n, int(ends)] += float(pr)
+        return out
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, repr=False)
+class ChainRule(Rule):
+    """A rule that verifies one drafted chain given the laws along it (:class:`DraftPath`).
+
+    Subclasses define :meth:`verify` (exact) and :meth:`sample_path` (the procedure).
+    """
+
+    def verify(self, path: DraftPath) -> list:
+        """Outcomes ``(probability given the path, emitted, n_accepted)`` given a draft path."""
+        raise NotImplementedError
+
+    def sample_path(self, path: DraftPath, rng) -> tuple[tuple, int]:
+        """``(emitted, n_accepted)`` of verifying ``path`` with fresh uniforms of ``rng``."""
+        raise NotImplementedError
+
+    def outcomes(self, oracle, ctx, shape, *, greedy=False):
+        return chain_outcomes(self.verify, oracle, ctx, self.depth(shape), greedy=greedy)
+
+    def sample(self, target, draft, ctx, shape, rng, *, greedy=False):
+        path = draft_chain(target, draft, ctx, self.depth(shape), rng, greedy=greedy)
+        emitted, n_acc = self.sample_path(path, rng)
+        return tuple(emitted), n_acc, len(path.tokens)
+
+
+@dataclass(frozen=True)
+class RuleSampler:
+    """A rule as the conformance kit's block sampler ``f(target, draft, prefix, gamma, rng)``.
+
+    Calling it runs one cycle of :attr:`rule` (:meth:`Rule.sample`) and returns
+    ``(emitted, n_accepted, n_proposed)``. Its :meth:`first_cycle_accepted_law` declares the
+    accepted-count law of the rule, which the kit then checks the reported counts
+    against instead of the token-by-token law (:func:`specdec.conformance.run_battery`).
+
+    Attributes
+    ----------
+    rule : Rule
+        The verification rule (exact or flawed).
+    greedy : bool
+        Greedy drafts (chain rules).
+    top_widths : tuple of int, optional
+        Tree rules only: the widths at the top of the tree, filled with 1 to depth
+        ``gamma`` (``(2,)`` gives ``(2, 1, ..., 1)``); required for a tree rule.
+
+    Raises
+    ------
+    TypeError
+        ``rule`` is not a :class:`Rule`.
+    ValueError
+        ``top_widths`` missing for a tree rule or given for a chain rule.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specdec import blockverify, models
+    >>> p, q = models.toy_pair()
+    >>> f = RuleSampler(blockverify.BLOCK)
+    >>> emitted, n, k = f(p, q, (), 3, np.random.default_rng(0))
+    >>> 1 <= len(emitted) <= 4 and n <= k <= 3
+    True
+    """
+
+    rule: Rule
+    greedy: bool = False
+    top_widths: tuple | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.rule, Rule):
+            raise TypeError(f"rule: must be a specdec.cycles.Rule such as blockverify.BLOCK "
+                            f"(got {self.rule!r})")
+        if self.rule.tree and self.top_widths is None:
+            raise ValueError(f"top_widths: required for the tree rule {self.rule!r} (e.g. (2,))")
+        if not self.rule.tree and self.top_widths is not None:
+            raise ValueError(f"top_widths: only for tree rules ({self.rule!r} verifies a chain)")
+        if self.top_widths is not None:
+            widths = tuple(self.top_widths)
+            if not widths or any(check_int(w, "top_widths", minimum=1) < 1 for w in widths):
+                raise ValueError("top_widths: must be a non-empty sequence of integers >= 1")
+            object.__setattr__(self, "top_widths", widths)
+
+    def shape(self, gamma: int):
+        """What one cycle drafts at draft length ``gamma``: gamma, or the tree widths."""
+        gamma = check_int(gamma, "gamma", minimum=1)
+        if self.top_widths is None:
+            return gamma
+        return (self.top_widths + (1,) * gamma)[:gamma]
+
+    def __call__(self, target, draft, prefix, gamma, rng):
+        check_models(target, draft)
+        ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
+        return self.rule.sample(target, draft, ctx, self.shape(gamma), check_rng(rng),
+                                greedy=self.greedy)
+
+    def first_cycle_accepted_law(self, target, draft, prefix, gamma) -> np.ndarray:
+        """The rule's joint law of one cycle's accepted count and accepted EOS, ``(gamma + 1, 2)``."""
+        return self.rule.first_cycle_accepted_law(target, draft, prefix, self.shape(gamma),
+                                                  greedy=self.greedy)
+
+    def __repr__(self) -> str:
+        extra = (", greedy" if self.greedy else "") + (f", top_widths={self.top_widths}"
+                                                        if self.top_widths else "")
+        return f"RuleSampler({self.rule!r}{extra})"

@@ -12,8 +12,16 @@ A **cycle rule** says how one block cycle of :mod:`specdec.block` drafts, which 
 hands to the verification kernel, and what state it leaves for the next cycle. The base
 class is the correct cycle (:data:`CORRECT_CYCLE`); each bug overrides one hook.
 
+A **verification-rule flaw** is a mistake in one of the rules beyond token-by-token
+verification (:mod:`specdec.cycles`): block verification (:mod:`specdec.blockverify`),
+recursive rejection over draft trees (:mod:`specdec.multidraft`) and the matching rule
+(:mod:`specdec.matching`). Each is a subclass of the exact rule that overrides the one hook
+it gets wrong, so its exact law, its accepted-count law and its reference sampler (the
+conformance kit's block sampler, :class:`specdec.cycles.RuleSampler`) all follow.
+
 Adding a bug means adding one subclass and one instance here (and listing it in
-:data:`STEP_FLAWS` or :data:`CYCLE_FLAWS`); every exact law and engine then knows it.
+:data:`STEP_FLAWS`, :data:`CYCLE_FLAWS`, :data:`BLOCK_FLAWS`, :data:`TREE_FLAWS` or
+:data:`MATCHING_FLAWS`); every exact law, engine and kit adapter then knows it.
 
 Exact laws cost O(V) memory for every step rule (``O(V log V)`` time for
 :data:`SHARED_UNIFORM`), so they work at V = 10**6.
@@ -33,6 +41,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from .blockverify import BlockVerification
+from .matching import Matching
+from .multidraft import RecursiveRejection
 from .verify import cdf, draw, residual_laws, speculative_accept, verify
 
 __all__ = [
@@ -40,7 +51,9 @@ __all__ = [
     "M_PLUS_R", "SHARED_UNIFORM", "INVERTED_RATIO", "STEP_FLAWS", "STEP_RULES",
     "CycleRule", "CORRECT_CYCLE", "STALE_PROPOSALS", "NO_ROLLBACK", "BONUS_WRONG_POSITION",
     "EMIT_AFTER_EOS", "STALE_ORIGINAL_Q", "CYCLE_FLAWS", "CYCLE_RULES", "check_step_rule",
-    "check_cycle_rule",
+    "check_cycle_rule", "TokenResidual", "FirstFailure", "TOKEN_RESIDUAL", "FIRST_FAILURE",
+    "BLOCK_FLAWS", "OriginalQ", "NoResidualUpdate", "ORIGINAL_Q", "NO_RESIDUAL_UPDATE",
+    "TREE_FLAWS", "ResampleOnMismatch", "RESAMPLE_ON_MISMATCH", "MATCHING_FLAWS", "RULE_FLAWS",
 ]
 
 
@@ -443,3 +456,136 @@ def check_cycle_rule(rule, name: str = "variant") -> CycleRule:
         raise TypeError(f"{name}: must be a cycle rule of specdec.flaws such as CORRECT_CYCLE or "
                         f"NO_ROLLBACK (got {rule!r})")
     return rule
+
+
+# ---------------------------------------------------------- verification-rule flaws
+
+
+@dataclass(frozen=True, repr=False)
+class TokenResidual(BlockVerification):
+    """Block verification's accepted length, but the corrected token from the token-level residual.
+
+    After ``tau`` accepted tokens the correction must come from the block residual
+    ``(w_tau p_{tau+1} - q_{tau+1})^+``; this variant draws it from ``(p - q)^+``, the
+    token-by-token residual. It accepts exactly as often as the correct rule, so an
+    acceptance dashboard cannot see it. Shipped in vllm-ascend's rejection sampler: issue
+    vllm-project/vllm-ascend#7807 ("``sample_recovered_tokens`` draws tokens from the same
+    distribution, regardless of whether block_verify is enabled"), fixed by PR #7808.
+    """
+
+    name: ClassVar[str] = "token_residual"
+    exact: ClassVar[bool] = False
+
+    def residual_weight(self, w, tau):
+        return w[0]                                 # 1: the token-level residual
+
+
+@dataclass(frozen=True, repr=False)
+class FirstFailure(BlockVerification):
+    """Block verification whose scan stops at the first failing position (``eta_i > h_i``).
+
+    Block verification keeps the *last* position that passes, not the contiguous run of
+    passes before the first failure: ``P(tau = i) = h_i prod_{j > i} (1 - h_j)``. Stopping
+    at the first failure, the contiguous-prefix reflex of token-by-token verification,
+    changes the law and also accepts fewer tokens. Asked for in a review of
+    vllm-project/vllm-ascend PR #11985 (the port of block verification to its model
+    runner V2: "If a token at step i is rejected (u > h), all subsequent tokens must ...").
+    """
+
+    name: ClassVar[str] = "first_failure"
+    exact: ClassVar[bool] = False
+
+    def tau_law(self, h):
+        k = len(h) - 1
+        out, run = [], h[0]
+        for i in range(k + 1):
+            nxt = h[i + 1] if i < k else None
+            out.append(run if nxt is None else run * (1 - nxt))
+            if nxt is not None:
+                run = run * nxt
+        return out
+
+    def accepted_length(self, passed):
+        return next((i - 1 for i in range(1, len(passed)) if not passed[i]), len(passed) - 1)
+
+
+@dataclass(frozen=True, repr=False)
+class OriginalQ(RecursiveRejection):
+    """Children drawn without replacement, verified with the unadjusted draft law ``q``.
+
+    The ratio and the residual of child ``j`` must use the law it was drawn from: ``q``
+    renormalised on the tokens not drawn before it. Using ``q`` itself is the question
+    raised in SafeAILab/EAGLE issue #74 (EAGLE's sampling path draws its candidates
+    without replacement). A flaw of drafting without replacement only.
+
+    Raises
+    ------
+    ValueError
+        ``drafting`` other than ``"without"``.
+    """
+
+    drafting: str = "without"
+    name: ClassVar[str] = "original_q"
+    exact: ClassVar[bool] = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.drafting != "without":
+            raise ValueError("drafting: 'original_q' is a flaw of drafting without replacement "
+                             f"(drafting='without'; got {self.drafting!r})")
+
+    def proposal_law(self, q, law):
+        return q
+
+
+@dataclass(frozen=True, repr=False)
+class NoResidualUpdate(RecursiveRejection):
+    """Every sibling tested against the node's target law ``p``; only the final correction uses ``(p - q)^+``.
+
+    Recursive rejection must carry the residual from one sibling to the next
+    (``r_{j+1} = (r_j - q_j)^+ / Z``): a second candidate tested against ``p`` again gets
+    mass that the first candidate's acceptance already delivered. The natural way to
+    generalise a one-candidate verifier to several; no shipped instance was found in the
+    engines' trackers, so it stands as the plausible mistake of multi-draft verification.
+    """
+
+    name: ClassVar[str] = "no_residual_update"
+    exact: ClassVar[bool] = False
+    carries_residual: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, repr=False)
+class ResampleOnMismatch(Matching):
+    """The matching rule emitting a *fresh* target draw at the mismatch instead of the sample that caused it.
+
+    The mismatching sample ``y_i`` is a draw from ``p_i`` conditioned on ``y_i != x_i``; a
+    fresh draw is not, so the emitted law per position is ``q p + (1 - sum q p) p``, not
+    ``p``: the draft token gets a second chance. No shipped instance was found; it is the
+    mistake one step away from the exact rule (Hugging Face transformers' assisted
+    generation keeps the target's own sample, PR huggingface/transformers#27979).
+    """
+
+    name: ClassVar[str] = "resample_on_mismatch"
+    exact: ClassVar[bool] = False
+
+    def mismatch_law(self, p, x):
+        return list(p)
+
+    def at_mismatch(self, y, p, rng):
+        return int(draw(p, rng.random()))
+
+
+TOKEN_RESIDUAL = TokenResidual()
+FIRST_FAILURE = FirstFailure()
+ORIGINAL_Q = OriginalQ()
+NO_RESIDUAL_UPDATE = NoResidualUpdate("with")
+RESAMPLE_ON_MISMATCH = ResampleOnMismatch()
+#: Flaws of block verification, in the order of Appendix A4.
+BLOCK_FLAWS: tuple[BlockVerification, ...] = (TOKEN_RESIDUAL, FIRST_FAILURE)
+#: Flaws of recursive rejection over draft trees (another drafting mode:
+#: ``NoResidualUpdate("topk")``).
+TREE_FLAWS: tuple[RecursiveRejection, ...] = (ORIGINAL_Q, NO_RESIDUAL_UPDATE)
+#: Flaws of the matching rule.
+MATCHING_FLAWS: tuple[Matching, ...] = (RESAMPLE_ON_MISMATCH,)
+#: Every verification-rule flaw.
+RULE_FLAWS: tuple = BLOCK_FLAWS + TREE_FLAWS + MATCHING_FLAWS

@@ -19,10 +19,13 @@ computed by enumeration, so its distance to the target is a number, not an impre
     Accept ``x`` when it is among the target's ``top_k`` most likely tokens and
     ``p(x) >= max(p) - delta``; at the first failure emit the target's most likely token.
 
-Parameters are passed as a dict (:func:`check_params`). :func:`sweep` gives, for a grid
-of thresholds and temperatures, the exact TV and KL distance between the rule's law of
-the first ``length`` tokens and the target's (both at the same temperature) beside the
-expected accepted tokens per cycle.
+Each setting is an object, :class:`Lossy` (a :class:`specdec.cycles.ChainRule`), with
+its parameters as a dict (:func:`check_params`). :func:`sweep` gives, for a grid of
+thresholds and temperatures, the exact TV and KL distance between the rule's law of the
+first ``length`` tokens and the target's (both at the same temperature) beside the
+expected accepted tokens per cycle. How lossy a sampler is, measured from its output
+with intervals, is the conformance kit's measurement mode
+(:func:`specdec.conformance.measure_loss`). Used in Chapter 5 and Appendix A4.
 
 References
 ----------
@@ -38,13 +41,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from . import cycles
-from .verify import check_rng
+
 from .block import align_laws, law_tv
-from .cycles import DraftPath
 from .laws import LawError, check_int
 from .models import ToyModel, sequence_law as target_sequence_law
 
@@ -53,18 +56,11 @@ __all__ = [
     "DEFAULTS",
     "check_params",
     "typical_threshold",
-    "lossy_verify",
-    "cycle_outcomes",
-    "sequence_law",
-    "accepted_count_law",
+    "Lossy",
     "kl_divergence",
     "LossyPoint",
     "measure",
     "sweep",
-    "sample_cycle",
-    "LossEstimate",
-    "estimate_loss",
-    "decode_counts",
 ]
 
 RULES: tuple[str, ...] = ("typical", "lenient", "relaxed")
@@ -156,71 +152,73 @@ def _recovery(rule: str, p: list, q: list) -> list:
     return law
 
 
-def lossy_verify(path: DraftPath, rule: str, params: dict) -> list:
-    """Outcomes of a lossy rule given a draft path (``params`` already checked).
+@dataclass(frozen=True, repr=False)
+class Lossy(cycles.ChainRule):
+    """One setting of a lossy acceptance rule, as a chain rule.
 
-    Returns
-    -------
-    list of (probability given the path, emitted, n_accepted)
-    """
-    out = []
-    run = 1.0
-    for i, x in enumerate(path.tokens):
-        p, q = path.p[i], path.q[i]
-        a = _accept_prob(rule, params, p, q, x)
-        if a < 1:
-            for y, w in enumerate(_recovery(rule, p, q)):
-                if w > 0:
-                    out.append((run * (1 - a) * w, path.tokens[:i] + (y,), i))
-        run *= a
-        if run == 0:
-            return out
-    k = len(path.tokens)
-    if path.ends:
-        out.append((run, path.tokens, k))
-    else:
-        out.extend((run * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0)
-    return out
+    Attributes
+    ----------
+    rule : {"typical", "lenient", "relaxed"}
+        The rule (see the module docstring).
+    params : dict, optional
+        Its parameters; missing ones take :data:`DEFAULTS`, all are validated
+        (:func:`check_params`).
 
-
-def cycle_outcomes(oracle, ctx: tuple, gamma: int, rule: str, params: dict | None = None, *,
-                   greedy: bool = False) -> list:
-    """Outcomes ``(probability, emitted, n_accepted)`` of one cycle of a lossy rule."""
-    params = check_params(rule, params)
-    return cycles.chain_outcomes(lambda path: lossy_verify(path, rule, params), oracle, ctx, gamma,
-                                 greedy=greedy)
-
-
-def sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, rule: str,
-                 params: dict | None = None, *, greedy: bool = False) -> dict:
-    """Exact law of the first ``length`` tokens emitted under a lossy rule.
+    Raises
+    ------
+    ValueError, LawError
+        Unknown rule or parameter, or a value out of range.
 
     Examples
     --------
-    >>> from specdec.models import toy_pair
+    >>> from specdec.models import toy_pair, sequence_law as target_law
     >>> p, q = toy_pair()
-    >>> exact = sequence_law(p, q, (), 2, 3, "lenient")        # thresholds 1: exact
-    >>> round(law_tv(exact, target_sequence_law(p, (), 3)), 12)
+    >>> exact = Lossy("lenient").sequence_law(p, q, (), 2, 3)        # thresholds 1: exact
+    >>> round(law_tv(exact, target_law(p, (), 3)), 12)
     0.0
-    >>> law = sequence_law(p, q, (), 2, 3, "typical")
-    >>> law_tv(law, target_sequence_law(p, (), 3)) > 0.01
+    >>> law_tv(Lossy("typical").sequence_law(p, q, (), 2, 3), target_law(p, (), 3)) > 0.01
     True
     """
-    oracle = cycles.model_oracle(target, draft)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    params = check_params(rule, params)
-    return cycles.rule_sequence_law(
-        lambda ctx: cycle_outcomes(oracle, ctx, gamma, rule, params, greedy=greedy),
-        oracle, prefix, length)
 
+    rule: str
+    params: dict | None = None
+    name: ClassVar[str] = "lossy"
+    exact: ClassVar[bool] = False
 
-def accepted_count_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, rule: str,
-                       params: dict | None = None, *, greedy: bool = False) -> list:
-    """Exact law of the number of accepted drafted tokens in one cycle."""
-    oracle = cycles.model_oracle(target, draft)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    outs = cycle_outcomes(oracle, tuple(prefix), gamma, rule, params, greedy=greedy)
-    return cycles.accepted_count_law(outs, gamma)
+    def __post_init__(self):
+        object.__setattr__(self, "params", check_params(self.rule, self.params))
+
+    def verify(self, path):
+        out = []
+        run = 1.0
+        for i, x in enumerate(path.tokens):
+            p, q = path.p[i], path.q[i]
+            a = _accept_prob(self.rule, self.params, p, q, x)
+            if a < 1:
+                out.extend((run * (1 - a) * w, path.tokens[:i] + (y,), i)
+                           for y, w in enumerate(_recovery(self.rule, p, q)) if w > 0)
+            run *= a
+            if run == 0:
+                return out
+        k = len(path.tokens)
+        if path.ends:
+            out.append((run, path.tokens, k))
+        else:
+            out.extend((run * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0)
+        return out
+
+    def sample_path(self, path, rng):
+        for i, x in enumerate(path.tokens):
+            p, q = path.p[i], path.q[i]
+            if rng.random() >= _accept_prob(self.rule, self.params, p, q, x):
+                return path.tokens[:i] + (cycles.draw_weights(_recovery(self.rule, p, q), rng.random()),), i
+        k = len(path.tokens)
+        if path.ends:
+            return path.tokens, k
+        return path.tokens + (cycles.draw_weights(path.p[k], rng.random()),), k
+
+    def __repr__(self) -> str:
+        return f"{self.rule}({', '.join(f'{k}={v:g}' for k, v in self.params.items())})"
 
 
 def kl_divergence(law: dict, reference: dict) -> float:
@@ -277,17 +275,17 @@ def measure(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, 
     LawError
         Invalid models, rule, parameters or temperature.
     """
-    params = check_params(rule, params)
+    setting = Lossy(rule, params)
     t_model = cycles.tempered(target, temperature) if temperature != 1.0 else target
     d_model = cycles.tempered(draft, temperature) if temperature != 1.0 else draft
-    law = sequence_law(t_model, d_model, prefix, gamma, length, rule, params, greedy=greedy)
+    law = setting.sequence_law(t_model, d_model, prefix, gamma, length, greedy=greedy)
     ref = target_sequence_law(t_model, prefix, length)
-    acc = accepted_count_law(t_model, d_model, prefix, gamma, rule, params, greedy=greedy)
-    exact = accepted_count_law(t_model, d_model, prefix, gamma, "lenient", None, greedy=greedy)
-    return LossyPoint(rule=rule, params=params, temperature=float(temperature),
+    return LossyPoint(rule=rule, params=setting.params, temperature=float(temperature),
                       tv=law_tv(law, ref), kl=kl_divergence(law, ref),
-                      mean_accepted=float(sum(i * w for i, w in enumerate(acc))),
-                      exact_mean_accepted=float(sum(i * w for i, w in enumerate(exact))))
+                      mean_accepted=float(setting.mean_accepted(t_model, d_model, prefix, gamma,
+                                                                greedy=greedy)),
+                      exact_mean_accepted=float(Lossy("lenient").mean_accepted(
+                          t_model, d_model, prefix, gamma, greedy=greedy)))
 
 
 def sweep(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, rule: str,
@@ -307,147 +305,3 @@ def sweep(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, ru
     """
     return [measure(target, draft, prefix, gamma, length, rule, params, temperature=t, greedy=greedy)
             for t in temperatures for params in grid]
-
-
-# --------------------------------------------------------------------------------------
-# Measuring a sampler's loss
-# --------------------------------------------------------------------------------------
-
-
-
-def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng, rule: str,
-                 params: dict | None = None) -> tuple[tuple[int, ...], int, int]:
-    """One cycle of a lossy rule, sampled (the block-sampler convention of the kit).
-
-    Returns
-    -------
-    (emitted, n_accepted, n_proposed)
-
-    Examples
-    --------
-    >>> from specdec.models import toy_pair
-    >>> p, q = toy_pair()
-    >>> emitted, n, k = sample_cycle(p, q, (), 3, np.random.default_rng(0), "typical")
-    >>> 1 <= len(emitted) <= 4 and n <= k <= 3
-    True
-    """
-    cycles.check_models(target, draft)
-    params = check_params(rule, params)
-    rng = check_rng(rng)
-    ctx = tuple(prefix)
-    props: list[int] = []
-    while len(props) < gamma and not (props and props[-1] == target.eos):
-        props.append(cycles.draw_weights(draft.next_law(ctx + tuple(props)), rng.random()))
-    for i, x in enumerate(props):
-        here = ctx + tuple(props[:i])
-        p, q = target.next_law(here).tolist(), draft.next_law(here).tolist()
-        if rng.random() >= _accept_prob(rule, params, p, q, x):
-            return tuple(props[:i]) + (cycles.draw_weights(_recovery(rule, p, q), rng.random()),), i, len(props)
-    if props[-1] == target.eos:
-        return tuple(props), len(props), len(props)
-    bonus = cycles.draw_weights(target.next_law(ctx + tuple(props)), rng.random())
-    return tuple(props) + (bonus,), len(props), len(props)
-
-
-@dataclass(frozen=True)
-class LossEstimate:
-    """How far a sampler's law is from the target's, estimated from its output.
-
-    Attributes
-    ----------
-    trials : int
-        Decodes counted.
-    tv : specdec.stats.TvInterval
-        Plug-in TV over the sequences and an interval valid for every number of trials
-        (Weissman et al.'s bound).
-    kl : float
-        Plug-in ``KL(frequencies || target)`` in nats (biased upwards by noise).
-    kl_low, kl_high : float
-        Multinomial bootstrap percentile interval of the plug-in KL (approximate).
-    exact_tv, exact_kl : float or None
-        The exact values when the rule's law is known (to check the interval).
-    """
-
-    trials: int
-    tv: object
-    kl: float
-    kl_low: float
-    kl_high: float
-    exact_tv: float | None = None
-    exact_kl: float | None = None
-
-
-def estimate_loss(counts: dict, reference: dict, *, rng, confidence: float = 0.95,
-                  resamples: int = 2000, exact: dict | None = None) -> LossEstimate:
-    """TV and KL between observed sequence counts and the target's exact law, with intervals.
-
-    Parameters
-    ----------
-    counts : dict[tuple, int]
-        How often each sequence was emitted.
-    reference : dict[tuple, float]
-        The target's exact sequence law (:func:`specdec.models.sequence_law`).
-    rng : numpy.random.Generator or int
-        For the KL bootstrap.
-    confidence : float
-        Coverage of both intervals.
-    resamples : int
-        Bootstrap resamples.
-    exact : dict, optional
-        The rule's exact law, if known: its TV and KL are reported beside the estimates.
-
-    Returns
-    -------
-    LossEstimate
-
-    Raises
-    ------
-    LawError
-        Empty counts, or a counted sequence outside the reference's keys and lengths.
-    """
-    from .stats import tv_ci
-
-    rng = check_rng(rng)
-    if not counts or sum(counts.values()) <= 0:
-        raise LawError("counts: must count at least one sequence")
-    keys, (f, ref) = align_laws({k: float(v) for k, v in counts.items()}, reference)
-    n = int(round(f.sum()))
-    ci = tv_ci(np.rint(f).astype(np.int64), ref / ref.sum(), confidence, method="bound")
-
-    def kl_of(freq):
-        m = freq > 0
-        with np.errstate(divide="ignore"):
-            return float(np.sum(freq[m] * np.log(freq[m] / ref[m])))
-
-    freq = f / n
-    boots = rng.multinomial(n, freq, size=check_int(resamples, "resamples", minimum=100)) / n
-    kls = np.array([kl_of(b) for b in boots])
-    lo, hi = np.quantile(kls, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return LossEstimate(trials=n, tv=ci, kl=kl_of(freq), kl_low=float(lo), kl_high=float(hi),
-                        exact_tv=None if exact is None else law_tv(exact, reference),
-                        exact_kl=None if exact is None else kl_divergence(exact, reference))
-
-
-def decode_counts(sampler, target: ToyModel, draft: ToyModel, prefix, gamma, length: int,
-                  trials: int, rng) -> dict:
-    """Decode ``trials`` times with a cycle sampler and count the first ``length`` tokens.
-
-    ``sampler(target, draft, prefix, gamma, rng)`` returns the emitted tokens (or a tuple
-    whose first item they are), as the kit's block samplers do; decoding stops at
-    ``length`` tokens or end-of-sequence.
-    """
-    rng = check_rng(rng)
-    length = check_int(length, "length", minimum=1)
-    eos = target.eos
-    out: dict = {}
-    for _ in range(check_int(trials, "trials", minimum=1)):
-        text: tuple = ()
-        while len(text) < length and (eos is None or eos not in text):
-            res = sampler(target, draft, tuple(prefix) + text, gamma, rng)
-            emitted = res[0] if isinstance(res, tuple) and res and isinstance(res[0], tuple) else res
-            text += tuple(int(t) for t in emitted)
-        if eos is not None and eos in text:
-            text = text[: text.index(eos) + 1]
-        key = text[:length]
-        out[key] = out.get(key, 0) + 1
-    return out

@@ -17,14 +17,16 @@ is even the *same string* as target-only sampling with the same seed
 against ``sum_x min(p(x), q(x))`` for speculative sampling (:func:`acceptance`).
 
 The public disagreement (ml-explore/mlx-swift-lm PR #459 calls the rule biased;
-lablup/mlxcel PR #992 calls it exact) is settled by :func:`sequence_law`: exact. The
+lablup/mlxcel PR #992 calls it exact) is settled by :meth:`Matching.sequence_law`: exact. The
 grain of truth in the first claim is that the *accepted* tokens, conditioned on being
 accepted, have law ``p q / sum p q`` (:func:`accepted_token_law`); the emitted tokens do
 not.
 
-A flawed variant (:data:`FLAWED_VARIANTS`): ``"resample_on_mismatch"`` emits a *fresh*
-target draw at the mismatch instead of the sample that caused it; its output law per
-position is ``q p + (1 - sum q p) p``, not ``p``.
+The rule is an object, :data:`MATCHING` (:class:`Matching`); its hooks
+(:meth:`Matching.mismatch_law` and :meth:`Matching.at_mismatch`: the token emitted at the
+first mismatch) are what a flaw overrides, one object in :mod:`specdec.flaws`
+(:data:`specdec.flaws.RESAMPLE_ON_MISMATCH`: a fresh target draw at the mismatch instead
+of the sample that caused it). Used in Chapter 5 and Appendix A4.
 
 References
 ----------
@@ -37,47 +39,32 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from . import cycles
 from .verify import check_rng, draw
-from .cycles import DraftPath
 from .laws import LawError, check_int, check_pair
 from .models import ToyModel, check_prefix
 
 __all__ = [
-    "VARIANTS",
-    "EXACT_VARIANTS",
-    "FLAWED_VARIANTS",
     "ISSUES",
     "Acceptance",
     "acceptance",
     "accepted_token_law",
-    "matching_verify",
-    "cycle_outcomes",
-    "sequence_law",
-    "accepted_count_law",
+    "Matching",
+    "MATCHING",
     "MatchingRun",
     "generate",
     "target_only",
-    "sample_cycle",
 ]
 
-VARIANTS: tuple[str, ...] = ("matching", "resample_on_mismatch")
-EXACT_VARIANTS: tuple[str, ...] = ("matching",)
-FLAWED_VARIANTS: tuple[str, ...] = ("resample_on_mismatch",)
 #: The two sides of the public disagreement about the matching rule.
 ISSUES: dict[str, str] = {
     "biased (claim)": "https://github.com/ml-explore/mlx-swift-lm/pull/459",
     "exact (claim)": "https://github.com/lablup/mlxcel/pull/992",
 }
-
-
-def _check_variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: must be one of {VARIANTS} (got {variant!r})")
-    return variant
 
 
 @dataclass(frozen=True)
@@ -146,93 +133,67 @@ def accepted_token_law(p, q) -> np.ndarray:
     return m / m.sum()
 
 
-def matching_verify(path: DraftPath, variant: str = "matching") -> list:
-    """Outcomes of the matching rule given a draft path.
+@dataclass(frozen=True, repr=False)
+class Matching(cycles.ChainRule):
+    """The matching rule: the target samples ``y_i ~ p_i``; accept while ``y_i == x_i``: exact.
 
-    The target's sample at position ``i`` equals ``x_i`` with probability ``p_i(x_i)``; a
-    mismatch emits the sample ``y != x_i`` (probability ``p_i(y)``), or under
-    ``"resample_on_mismatch"`` a fresh draw from ``p_i``.
-
-    Returns
-    -------
-    list of (probability given the path, emitted, n_accepted)
-    """
-    out = []
-    run = path.prob * 0 + 1
-    for i, x in enumerate(path.tokens):
-        p = path.p[i]
-        miss = run * (1 - p[x])
-        if miss > 0:
-            head = path.tokens[:i]
-            for y, w in enumerate(p):
-                if variant == "resample_on_mismatch":
-                    out.append((miss * w, head + (y,), i))
-                elif y != x and w > 0:
-                    out.append((run * w, head + (y,), i))
-        run = run * p[x]
-    k = len(path.tokens)
-    if run > 0:
-        if path.ends:
-            out.append((run, path.tokens, k))
-        else:
-            for y, w in enumerate(path.p[k]):
-                if w > 0:
-                    out.append((run * w, path.tokens + (y,), k))
-    return out
-
-
-def cycle_outcomes(oracle, ctx: tuple, gamma: int, *, greedy: bool = False,
-                   variant: str = "matching") -> list:
-    """Outcomes ``(probability, emitted, n_accepted)`` of one matching cycle."""
-    variant = _check_variant(variant)
-    return cycles.chain_outcomes(lambda path: matching_verify(path, variant), oracle, ctx, gamma,
-                                 greedy=greedy)
-
-
-def sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, *,
-                 greedy: bool = False, variant: str = "matching") -> dict:
-    """Exact law of the first ``length`` tokens emitted under the matching rule.
-
-    Parameters
-    ----------
-    target, draft : ToyModel
-    prefix : sequence of int
-    gamma : int
-        Draft length.
-    length : int
-    greedy : bool
-        Draft the draft's argmax instead of a sample.
-    variant : str
-        One of :data:`VARIANTS`.
-
-    Returns
-    -------
-    dict[tuple[int, ...], float]
-        The target's own law for ``"matching"``, for every draft.
+    At the first mismatch the target's sample ``y_i`` is emitted; after a full match the
+    target's next sample is the bonus. Exact for any draft law, sampled or greedy (see the
+    module docstring).
 
     Examples
     --------
     >>> from specdec.models import toy_pair, sequence_law as target_law
     >>> from specdec.block import law_tv
     >>> p, q = toy_pair(closeness=0.0)
-    >>> round(law_tv(sequence_law(p, q, (), 2, 3, greedy=True), target_law(p, (), 3)), 12)
+    >>> round(law_tv(MATCHING.sequence_law(p, q, (), 2, 3, greedy=True), target_law(p, (), 3)), 12)
     0.0
     """
-    oracle = cycles.model_oracle(target, draft)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    variant = _check_variant(variant)
-    return cycles.rule_sequence_law(
-        lambda ctx: cycle_outcomes(oracle, ctx, gamma, greedy=greedy, variant=variant),
-        oracle, prefix, length)
+
+    name: ClassVar[str] = "matching"
+
+    def mismatch_law(self, p: list, x: int) -> list:
+        """Law of the emitted token given a mismatch with ``x``: the target's sample, ``p`` without ``x``."""
+        rest = 1 - p[x]
+        return [0 * w if y == x else w / rest for y, w in enumerate(p)]
+
+    def at_mismatch(self, y: int, p: np.ndarray, rng) -> int:
+        """The token emitted at a mismatch, given the target's sample ``y``: ``y`` itself."""
+        return y
+
+    def verify(self, path):
+        out = []
+        run = path.prob * 0 + 1
+        for i, x in enumerate(path.tokens):
+            p = path.p[i]
+            miss = run * (1 - p[x])
+            if miss > 0:
+                head = path.tokens[:i]
+                out.extend((miss * w, head + (y,), i)
+                           for y, w in enumerate(self.mismatch_law(p, x)) if w > 0)
+            run = run * p[x]
+        k = len(path.tokens)
+        if run > 0:
+            if path.ends:
+                out.append((run, path.tokens, k))
+            else:
+                out.extend((run * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0)
+        return out
+
+    def sample_path(self, path, rng):
+        for i, x in enumerate(path.tokens):
+            p = np.asarray(path.p[i])
+            y = _inverse_cdf(p, rng.random())
+            if y != x:
+                return path.tokens[:i] + (self.at_mismatch(y, p, rng),), i
+        k = len(path.tokens)
+        if path.ends:
+            return path.tokens, k
+        return path.tokens + (_inverse_cdf(np.asarray(path.p[k]), rng.random()),), k
 
 
-def accepted_count_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, *,
-                       greedy: bool = False) -> list:
-    """Exact law of the number of accepted drafted tokens in one matching cycle."""
-    oracle = cycles.model_oracle(target, draft)
-    ctx = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    return cycles.accepted_count_law(cycle_outcomes(oracle, ctx, gamma, greedy=greedy), gamma)
+#: The matching rule.
+MATCHING = Matching()
 
 
 @dataclass(frozen=True)
@@ -345,41 +306,3 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
         if eos is not None and eos in text:
             text = text[: text.index(eos) + 1]
     return MatchingRun(tokens=text[:length], n_cycles=len(accepted), accepted=tuple(accepted))
-
-
-def sample_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng, *, greedy: bool = False,
-                 variant: str = "matching") -> tuple[tuple[int, ...], int, int]:
-    """One cycle of the matching rule (or its flaw), sampled (the kit's block convention).
-
-    Returns
-    -------
-    (emitted, n_accepted, n_proposed)
-
-    Examples
-    --------
-    >>> from specdec.models import toy_pair
-    >>> p, q = toy_pair()
-    >>> emitted, n, k = sample_cycle(p, q, (), 3, np.random.default_rng(0))
-    >>> 1 <= len(emitted) <= 4 and n <= k <= 3
-    True
-    """
-    cycles.check_models(target, draft)
-    ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
-    gamma = check_int(gamma, "gamma", minimum=1)
-    variant = _check_variant(variant)
-    rng = check_rng(rng)
-    eos = target.eos
-    props: list[int] = []
-    while len(props) < gamma and not (props and props[-1] == eos):
-        q = draft.next_law(ctx + tuple(props))
-        props.append(int(np.argmax(q)) if greedy else _inverse_cdf(q, rng.random()))
-    for i, x in enumerate(props):
-        p = target.next_law(ctx + tuple(props[:i]))
-        y = _inverse_cdf(p, rng.random())
-        if y != x:
-            if variant == "resample_on_mismatch":
-                y = _inverse_cdf(p, rng.random())
-            return tuple(props[:i]) + (y,), i, len(props)
-    if props[-1] == eos:
-        return tuple(props), len(props), len(props)
-    return tuple(props) + (_inverse_cdf(target.next_law(ctx + tuple(props)), rng.random()),), len(props), len(props)

@@ -27,15 +27,12 @@ widths, provided ``q_j`` is the law child ``j`` was really drawn from:
     cannot be verified losslessly.
 
 A chain of ``gamma`` drafts is the tree with widths ``(1,) * gamma``; ``k`` drafts per
-position are widths ``(k,) * depth``. Flawed variants (:data:`FLAWED_VARIANTS`):
-
-``"original_q"``
-    Children drawn without replacement, but verified with the unadjusted draft law
-    ``q`` in the ratio and the residual (the question of SafeAILab/EAGLE issue #74).
-``"no_residual_update"``
-    Every child is tested against the node's target law ``p`` itself (``r_j = p``), and
-    only the final correction uses ``(p - q)^+``: the residual is not carried from one
-    sibling to the next.
+position are widths ``(k,) * depth``. The rule is an object,
+:class:`RecursiveRejection` (one per drafting mode); its two hooks
+(:meth:`RecursiveRejection.proposal_law`, the law in the ratio and the residual, and
+:attr:`RecursiveRejection.carries_residual`) are what the flawed variants override, each
+one object in :mod:`specdec.flaws` (:data:`specdec.flaws.TREE_FLAWS`: ``ORIGINAL_Q``,
+``NO_RESIDUAL_UPDATE``). Used in Chapter 5 and Appendix A4.
 
 References
 ----------
@@ -51,45 +48,26 @@ References
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from itertools import product
+from typing import ClassVar
 
 import numpy as np
 
 from . import cycles
-from .verify import check_rng
 from .cycles import LawOracle
-from .laws import LawError, check_int
-from .models import ToyModel, check_prefix
+from .laws import check_int
 
 __all__ = [
     "DRAFTING",
-    "VARIANTS",
-    "EXACT_VARIANTS",
-    "FLAWED_VARIANTS",
-    "ISSUES",
     "check_widths",
     "scored_positions",
     "candidate_sets",
-    "node_law",
-    "cycle_outcomes",
-    "sequence_law",
-    "accepted_count_law",
-    "mean_accepted",
-    "sample_cycle",
+    "RecursiveRejection",
 ]
 
 #: How the children of a node are drafted.
 DRAFTING: tuple[str, ...] = ("with", "without", "topk")
-#: Verification variants: ``"exact"`` is recursive rejection sampling with the law each
-#: child was drawn from; the others are flawed (see the module docstring).
-VARIANTS: tuple[str, ...] = ("exact", "original_q", "no_residual_update")
-EXACT_VARIANTS: tuple[str, ...] = ("exact",)
-FLAWED_VARIANTS: tuple[str, ...] = ("original_q", "no_residual_update")
-#: Public threads each rule or flaw settles.
-ISSUES: dict[str, str] = {
-    "original_q": "https://github.com/SafeAILab/EAGLE/issues/74",
-    "topk": "https://github.com/SafeAILab/EAGLE/issues/329",
-}
 
 
 def check_widths(widths) -> tuple[int, ...]:
@@ -127,15 +105,6 @@ def scored_positions(widths) -> int:
         level *= w
         total += level
     return total
-
-
-def _check(drafting: str, variant: str) -> None:
-    if drafting not in DRAFTING:
-        raise ValueError(f"drafting: must be one of {DRAFTING} (got {drafting!r})")
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: must be one of {VARIANTS} (got {variant!r})")
-    if variant == "original_q" and drafting != "without":
-        raise ValueError("variant: 'original_q' is a flaw of drafting without replacement (drafting='without')")
 
 
 def candidate_sets(q: list, k: int, drafting: str) -> list:
@@ -197,175 +166,160 @@ def _prod(values):
     return out
 
 
-def _rrs(p: list, q: list, xs: tuple, laws: list, variant: str) -> tuple[list, list, object]:
-    """Recursive rejection over one node's children.
+@dataclass(frozen=True, repr=False)
+class RecursiveRejection(cycles.Rule):
+    """Recursive rejection sampling over a draft tree (SpecInfer, Algorithm 2): exact.
 
-    Returns ``(accept, final_law, final_mass)``: ``accept[j]`` is the probability that
-    child ``j`` is the first accepted; ``final_law / final_mass`` is the law of the
-    correction emitted when all are rejected (weight ``1 - sum(accept)``).
-    """
-    one = 0 * p[0] + 1
-    r = list(p)
-    stay = one
-    accept = []
-    for x, law in zip(xs, laws):
-        prop = q if variant == "original_q" else law
-        a = min(r[x] / prop[x], one) if prop[x] > 0 else one
-        accept.append(stay * a)
-        stay = stay * (one - a)
-        if variant == "no_residual_update":
-            continue
-        plus = [max(ri - qi, 0 * qi) for ri, qi in zip(r, prop)]
-        z = sum(plus)
-        r = [v / z for v in plus] if z > 0 else r
-    if variant == "no_residual_update":
-        plus = [max(pi - qi, 0 * qi) for pi, qi in zip(p, q)]
-        z = sum(plus)
-        return accept, (plus if z > 0 else list(p)), (z if z > 0 else one)
-    return accept, r, sum(r)
-
-
-def node_law(oracle: LawOracle, ctx: tuple, widths, drafting: str = "with",
-             variant: str = "exact") -> dict:
-    """Law of what verification emits from a node at context ``ctx``.
-
-    Parameters
+    Attributes
     ----------
-    oracle : LawOracle
-        Target and draft laws.
-    ctx : tuple of int
-        The node's context (confirmed text and the drafted tokens above the node).
-    widths : sequence of int
-        Children per depth below this node (empty: a leaf, which emits a bonus token).
-    drafting, variant : str
-        See :data:`DRAFTING`, :data:`VARIANTS`.
-
-    Returns
-    -------
-    dict[(emitted, n_accepted), probability]
-    """
-    widths = tuple(widths)
-    memo: dict = {}
-    eos = oracle.eos
-
-    def law_at(c, depth):
-        key = (oracle.canon(c), depth)
-        hit = memo.get(key)
-        if hit is not None:
-            return hit
-        p = oracle.p(c)
-        out: dict = defaultdict(int)
-        if depth == len(widths):
-            for y, w in enumerate(p):
-                if w > 0:
-                    out[((y,), 0)] += w
-            memo[key] = out
-            return out
-        q = oracle.q(c)
-        for prob, xs, laws in candidate_sets(q, widths[depth], drafting):
-            accept, final, mass = _rrs(p, q, xs, laws, variant)
-            for x, a in zip(xs, accept):
-                if a <= 0:
-                    continue
-                if x == eos:
-                    out[((x,), 1)] += prob * a
-                    continue
-                for (em, n), w in law_at(c + (x,), depth + 1).items():
-                    out[((x,) + em, n + 1)] += prob * a * w
-            rest = 1 - sum(accept)
-            if rest > 0 and mass > 0:
-                for y, m in enumerate(final):
-                    if m > 0:
-                        out[((y,), 0)] += prob * rest * m / mass
-        memo[key] = out
-        return out
-
-    return dict(law_at(tuple(ctx), 0))
-
-
-def cycle_outcomes(oracle: LawOracle, ctx: tuple, widths, drafting: str = "with",
-                   variant: str = "exact") -> list:
-    """Outcomes ``(probability, emitted, n_accepted)`` of one tree cycle from ``ctx``.
+    drafting : {"with", "without", "topk"}
+        How the children of a node are drafted (see the module docstring).
 
     Raises
     ------
     ValueError
-        Invalid widths, drafting or variant.
-    """
-    widths = check_widths(widths)
-    _check(drafting, variant)
-    return [(w, em, n) for (em, n), w in node_law(oracle, ctx, widths, drafting, variant).items()]
-
-
-def sequence_law(target: ToyModel, draft: ToyModel, prefix, widths, length: int,
-                 drafting: str = "with", variant: str = "exact") -> dict:
-    """Exact law of the first ``length`` tokens emitted by repeated tree cycles.
-
-    Parameters
-    ----------
-    target, draft : ToyModel
-        Same vocabulary and EOS id.
-    prefix : sequence of int
-        Prompt (no EOS).
-    widths : sequence of int
-        Children per depth; ``(1,) * gamma`` is a chain.
-    length : int
-        Tokens whose law is computed.
-    drafting, variant : str
-        See :data:`DRAFTING`, :data:`VARIANTS`.
-
-    Returns
-    -------
-    dict[tuple[int, ...], float]
-        Equal to the target's law for ``variant="exact"`` (SpecInfer, Theorem 4.2).
+        Unknown ``drafting``.
 
     Examples
     --------
     >>> from specdec.models import toy_pair, sequence_law as target_law
     >>> from specdec.block import law_tv
     >>> p, q = toy_pair()
-    >>> law = sequence_law(p, q, (), (2, 2), 3, drafting="without")
+    >>> law = RecursiveRejection("without").sequence_law(p, q, (), (2, 2), 3)
     >>> round(law_tv(law, target_law(p, (), 3)), 12)
     0.0
     """
-    oracle = cycles.model_oracle(target, draft)
-    widths = check_widths(widths)
-    _check(drafting, variant)
-    return cycles.rule_sequence_law(lambda ctx: cycle_outcomes(oracle, ctx, widths, drafting, variant),
-                                    oracle, prefix, length)
 
+    drafting: str = "with"
+    name: ClassVar[str] = "recursive_rejection"
+    tree: ClassVar[bool] = True
+    #: The residual is carried from one sibling to the next (``r_{j+1} = (r_j - q_j)^+ / Z``).
+    carries_residual: ClassVar[bool] = True
 
-def accepted_count_law(target, draft, prefix, widths, drafting: str = "with",
-                       variant: str = "exact") -> list:
-    """Exact law of the accepted depth (drafted tokens kept) of one tree cycle.
+    def __post_init__(self):
+        if self.drafting not in DRAFTING:
+            raise ValueError(f"drafting: must be one of {DRAFTING} (got {self.drafting!r})")
 
-    ``target`` may be a :class:`~specdec.cycles.LawOracle` (``draft`` is then ignored).
+    def proposal_law(self, q, law):
+        """The law used in the ratio and the residual for a child drawn from ``law``: ``law``."""
+        return law
 
-    Returns
-    -------
-    list, length ``len(widths) + 1``
+    def depth(self, shape) -> int:
+        return len(check_widths(shape))
 
-    Examples
-    --------
-    >>> from specdec.cycles import fixed_oracle
-    >>> law = accepted_count_law(fixed_oracle([0.5, 0.5], [0.5, 0.5]), None, (), (1, 1))
-    >>> [float(round(x, 12)) for x in law]
-    [0.0, 0.0, 1.0]
-    """
-    widths = check_widths(widths)
-    if isinstance(target, LawOracle):
-        oracle, ctx = target, tuple(prefix)
-    else:
-        oracle = cycles.model_oracle(target, draft)
-        ctx = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
-    return cycles.accepted_count_law(cycle_outcomes(oracle, ctx, widths, drafting, variant), len(widths))
+    def _node(self, p: list, q: list, xs: tuple, laws: list) -> tuple[list, list, object]:
+        """Recursive rejection over one node's children.
 
+        Returns ``(accept, final_law, final_mass)``: ``accept[j]`` is the probability that
+        child ``j`` is the first accepted; ``final_law / final_mass`` is the law of the
+        correction emitted when all are rejected (weight ``1 - sum(accept)``).
+        """
+        one = 0 * p[0] + 1
+        r = list(p)
+        stay = one
+        accept = []
+        for x, law in zip(xs, laws):
+            prop = self.proposal_law(q, law)
+            a = min(r[x] / prop[x], one) if prop[x] > 0 else one
+            accept.append(stay * a)
+            stay = stay * (one - a)
+            if not self.carries_residual:
+                continue
+            plus = [max(ri - qi, 0 * qi) for ri, qi in zip(r, prop)]
+            z = sum(plus)
+            r = [v / z for v in plus] if z > 0 else r
+        if not self.carries_residual:
+            plus = [max(pi - qi, 0 * qi) for pi, qi in zip(p, q)]
+            z = sum(plus)
+            return accept, (plus if z > 0 else list(p)), (z if z > 0 else one)
+        return accept, r, sum(r)
 
-def mean_accepted(target, draft, prefix, widths, drafting: str = "with", variant: str = "exact"):
-    """Expected drafted tokens accepted per tree cycle."""
-    law = accepted_count_law(target, draft, prefix, widths, drafting, variant)
-    return sum(i * w for i, w in enumerate(law))
+    def outcomes(self, oracle: LawOracle, ctx: tuple, shape, *, greedy: bool = False) -> list:
+        """Outcomes ``(probability, emitted, n_accepted)`` of one tree cycle of widths ``shape``.
 
+        Raises
+        ------
+        ValueError, TypeError
+            Invalid widths.
+        """
+        widths = check_widths(shape)
+        memo: dict = {}
+        eos = oracle.eos
+
+        def law_at(c, depth):
+            key = (oracle.canon(c), depth)
+            hit = memo.get(key)
+            if hit is not None:
+                return hit
+            p = oracle.p(c)
+            out: dict = defaultdict(int)
+            if depth == len(widths):
+                for y, w in enumerate(p):
+                    if w > 0:
+                        out[((y,), 0)] += w
+                memo[key] = out
+                return out
+            q = oracle.q(c)
+            for prob, xs, laws in candidate_sets(q, widths[depth], self.drafting):
+                accept, final, mass = self._node(p, q, xs, laws)
+                for x, a in zip(xs, accept):
+                    if a <= 0:
+                        continue
+                    if x == eos:
+                        out[((x,), 1)] += prob * a
+                        continue
+                    for (em, n), w in law_at(c + (x,), depth + 1).items():
+                        out[((x,) + em, n + 1)] += prob * a * w
+                rest = 1 - sum(accept)
+                if rest > 0 and mass > 0:
+                    for y, m in enumerate(final):
+                        if m > 0:
+                            out[((y,), 0)] += prob * rest * m / mass
+            memo[key] = out
+            return out
+
+        return [(w, em, n) for (em, n), w in law_at(tuple(ctx), 0).items()]
+
+    def sample(self, target, draft, ctx, shape, rng, *, greedy=False):
+        """One tree cycle, sampled: ``(emitted, n_accepted, depth)``.
+
+        Only the subtree of the accepted child is drafted: the other subtrees are
+        independent of everything emitted, so drafting them lazily does not change the
+        law. ``depth = len(widths)`` plays the role of ``n_proposed``.
+        """
+        widths = check_widths(shape)
+        emitted: list[int] = []
+        for depth in range(len(widths) + 1):
+            here = ctx + tuple(emitted)
+            p = target.next_law(here)
+            if depth == len(widths):
+                emitted.append(cycles.draw_weights(p, rng.random()))
+                return tuple(emitted), depth, len(widths)
+            q = draft.next_law(here)
+            xs, laws = _draw_children(q, widths[depth], self.drafting, rng)
+            r = p.copy()
+            chosen = None
+            for x, law in zip(xs, laws):
+                prop = self.proposal_law(q, law)
+                if rng.random() * prop[x] < r[x]:
+                    chosen = x
+                    break
+                if self.carries_residual:
+                    plus = np.maximum(r - prop, 0.0)
+                    r = plus / plus.sum() if plus.sum() > 0 else r
+            if chosen is None:
+                final = r if self.carries_residual else np.maximum(p - q, 0.0)
+                if final.sum() <= 0:
+                    final = p
+                emitted.append(cycles.draw_weights(final, rng.random()))
+                return tuple(emitted), depth, len(widths)
+            emitted.append(chosen)
+            if chosen == target.eos:
+                return tuple(emitted), depth + 1, len(widths)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __repr__(self) -> str:
+        return f"{self.name}({self.drafting})"
 
 
 def _draw_children(q: np.ndarray, k: int, drafting: str, rng) -> tuple[list, list]:
@@ -387,60 +341,3 @@ def _draw_children(q: np.ndarray, k: int, drafting: str, rng) -> tuple[list, lis
             left = left.copy()
             left[x] = 0.0
     return xs, laws
-
-
-def sample_cycle(target: ToyModel, draft: ToyModel, prefix, widths, rng, drafting: str = "with",
-                 variant: str = "exact") -> tuple[tuple[int, ...], int, int]:
-    """One tree cycle, sampled (reference implementation, for reading and for the kit).
-
-    Only the subtree of the accepted child is drafted: the other subtrees are independent
-    of everything emitted, so drafting them lazily does not change the law.
-
-    Returns
-    -------
-    (emitted, n_accepted, depth)
-        ``depth = len(widths)`` plays the role of ``n_proposed`` (the most tokens a cycle
-        can accept).
-
-    Examples
-    --------
-    >>> from specdec.models import toy_pair
-    >>> p, q = toy_pair()
-    >>> emitted, n, depth = sample_cycle(p, q, (), (2, 2), np.random.default_rng(0), "without")
-    >>> 1 <= len(emitted) <= 3 and n <= depth == 2
-    True
-    """
-    cycles.check_models(target, draft)
-    ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
-    widths = check_widths(widths)
-    _check(drafting, variant)
-    rng = check_rng(rng)
-    emitted: list[int] = []
-    for depth in range(len(widths) + 1):
-        here = ctx + tuple(emitted)
-        p = target.next_law(here)
-        if depth == len(widths):
-            emitted.append(cycles.draw_weights(p, rng.random()))
-            return tuple(emitted), depth, len(widths)
-        q = draft.next_law(here)
-        xs, laws = _draw_children(q, widths[depth], drafting, rng)
-        r = p.copy()
-        chosen = None
-        for x, law in zip(xs, laws):
-            prop = q if variant == "original_q" else law
-            if rng.random() * prop[x] < r[x]:
-                chosen = x
-                break
-            if variant != "no_residual_update":
-                plus = np.maximum(r - prop, 0.0)
-                r = plus / plus.sum() if plus.sum() > 0 else r
-        if chosen is None:
-            final = np.maximum(p - q, 0.0) if variant == "no_residual_update" else r
-            if final.sum() <= 0:
-                final = p
-            emitted.append(cycles.draw_weights(final, rng.random()))
-            return tuple(emitted), depth, len(widths)
-        emitted.append(chosen)
-        if chosen == target.eos:
-            return tuple(emitted), depth + 1, len(widths)
-    raise AssertionError("unreachable")  # pragma: no cover

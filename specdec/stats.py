@@ -64,6 +64,8 @@ __all__ = [
     "assert_law",
     "trials_to_detect",
     "tv_ci",
+    "KlInterval",
+    "kl_ci",
     "frequency_band",
     "max_deviation_bound",
     "Binning",
@@ -725,6 +727,86 @@ def tv_ci(counts, law, confidence: float = 0.95, *, method: str = "bound",
         lo, hi = np.quantile(tvs, [(1 - conf) / 2, (1 + conf) / 2])
         return TvInterval(est, float(lo), float(hi), conf, method)
     raise LawError(f"method: must be 'bound' or 'bootstrap' (got {method!r})")
+
+
+@dataclass(frozen=True)
+class KlInterval:
+    """Result of :func:`kl_ci`.
+
+    Attributes
+    ----------
+    estimate : float
+        Plug-in ``KL(f || law)`` in nats (``inf`` when ``f`` has mass where ``law`` is 0;
+        biased upwards by noise near 0).
+    low, high : float
+        Percentile interval of the plug-in over multinomial resamples (approximate).
+    confidence : float
+        Nominal coverage.
+    resamples : int
+    """
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    resamples: int
+
+
+def _kl_rows(f: np.ndarray, law: np.ndarray) -> np.ndarray:
+    """``KL(f_i || law)`` for each row of ``f``, ``inf`` where ``f`` has mass on ``law == 0``."""
+    f = np.atleast_2d(f)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(f > 0, f * np.log(f / law), 0.0)
+    return terms.sum(axis=1)
+
+
+def kl_ci(counts, law, confidence: float = 0.95, *, rng, resamples: int = 1000) -> KlInterval:
+    """Plug-in KL divergence from an exact law to a sampler's frequencies, with a bootstrap interval.
+
+    ``KL(f || law) = sum_i f_i log(f_i / law_i)`` (nats) of the frequencies ``f`` of
+    ``counts``, and the percentile interval of the same statistic over ``resamples``
+    multinomial resamples of ``f``. Approximate: the plug-in is biased upwards by about
+    ``(cells - 1) / (2 n)`` near 0 and its interval inherits the bias, so it is a
+    measurement of a sampler known to be lossy, not a test of exactness (use the
+    conformance battery for that).
+
+    Parameters
+    ----------
+    counts : array_like of int, shape (V,)
+    law : array_like, shape (V,)
+        The exact law (cells where it is 0 make the KL infinite when counted).
+    confidence : float
+        Coverage in (0, 1).
+    rng : numpy.random.Generator or int
+        For the resamples.
+    resamples : int
+        ``>= 100``.
+
+    Returns
+    -------
+    KlInterval
+
+    Raises
+    ------
+    LawError
+        Invalid counts, law or level.
+
+    Examples
+    --------
+    >>> ci = kl_ci([500, 300, 200], [0.25, 0.25, 0.5], rng=0)
+    >>> round(ci.estimate, 4), ci.low < ci.estimate < ci.high
+    (0.218, True)
+    """
+    from .verify import check_rng
+
+    conf = _check_level(confidence, "confidence")
+    c, lw = _check_counts(counts, law)
+    n = int(c.sum())
+    f = c / n
+    b = check_int(resamples, "resamples", minimum=100)
+    boots = _kl_rows(check_rng(rng).multinomial(n, f, size=b) / n, lw)
+    lo, hi = np.quantile(boots, [(1 - conf) / 2, (1 + conf) / 2], method="inverted_cdf")
+    return KlInterval(float(_kl_rows(f, lw)[0]), float(lo), float(hi), conf, b)
 
 
 def frequency_band(prob, n: int, *, false_alarm: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:

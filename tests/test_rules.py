@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec import blockverify as bv
-from specdec import cycles, lossy, matching, multidraft as md, stats
+from specdec import conformance, cycles, flaws, lossy, matching, multidraft as md, stats
 from specdec.block import accepted_count_law as token_accepted_law
 from specdec.block import law_tv
 from specdec.laws import LawError
@@ -57,7 +57,7 @@ def test_paper_example_bound_derivation():
 
 def test_paper_example_sequence_law_exact():
     o = cycles.fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)])
-    law = cycles.rule_sequence_law(lambda c: bv.cycle_outcomes(o, c, 2, "block"), o, (), 3)
+    law = cycles.rule_sequence_law(lambda c: bv.BLOCK.outcomes(o, c, 2), o, (), 3)
     for seq, w in law.items():
         assert w == math.prod(F(1, 3) if t == 0 else F(2, 3) for t in seq)
 
@@ -66,17 +66,18 @@ def test_paper_example_sequence_law_exact():
 def test_block_exact_on_toy_pair(gamma):
     p, q = toy_pair()
     ref = sequence_law(p, (), gamma + 1)
-    for v in bv.EXACT_VARIANTS:
-        assert law_tv(bv.sequence_law(p, q, (), gamma, gamma + 1, v), ref) < EXACT_TOL
-    for v in bv.FLAWED_VARIANTS:
-        tv = law_tv(bv.sequence_law(p, q, (), gamma, gamma + 1, v), ref)
+    for rule in bv.RULES:
+        assert rule.exact and law_tv(rule.sequence_law(p, q, (), gamma, gamma + 1), ref) < EXACT_TOL
+    for rule in flaws.BLOCK_FLAWS:
+        tv = law_tv(rule.sequence_law(p, q, (), gamma, gamma + 1), ref)
+        assert not rule.exact
         assert (tv > 1e-4) if gamma >= 2 else (tv < EXACT_TOL)   # gamma = 1: nothing to get wrong
 
 
 def test_token_rule_matches_block_module():
     p, q = toy_pair()
     for gamma in (1, 2, 3):
-        ours = np.array(bv.accepted_count_law(p, q, (), gamma, "token"), dtype=float)
+        ours = np.array(bv.TOKEN.accepted_count_law(p, q, (), gamma), dtype=float)
         np.testing.assert_allclose(ours, token_accepted_law(p, q, (), gamma), atol=1e-12)
 
 
@@ -85,9 +86,9 @@ def test_token_rule_matches_block_module():
 def test_block_exact_and_never_worse_random(pair, gamma):
     p, q = pair
     ref = sequence_law(p, (), gamma + 1)
-    assert law_tv(bv.sequence_law(p, q, (), gamma, gamma + 1, "block"), ref) < EXACT_TOL
-    tok = float(bv.mean_accepted(p, q, (), gamma, "token"))
-    blk = float(bv.mean_accepted(p, q, (), gamma, "block"))
+    assert law_tv(bv.BLOCK.sequence_law(p, q, (), gamma, gamma + 1), ref) < EXACT_TOL
+    tok = float(bv.TOKEN.mean_accepted(p, q, (), gamma))
+    blk = float(bv.BLOCK.mean_accepted(p, q, (), gamma))
     bound = float(bv.accepted_bound(p, q, (), gamma))
     assert tok <= blk + 1e-12 <= bound + 2e-12          # Sun et al., Theorem 2, and the bound
 
@@ -97,8 +98,8 @@ def test_block_exact_and_never_worse_random(pair, gamma):
 def test_block_flaws_have_computed_tv(pair, gamma):
     p, q = pair
     ref = sequence_law(p, (), gamma + 1)
-    for v in bv.FLAWED_VARIANTS:
-        tv = law_tv(bv.sequence_law(p, q, (), gamma, gamma + 1, v), ref)
+    for rule in flaws.BLOCK_FLAWS:
+        tv = law_tv(rule.sequence_law(p, q, (), gamma, gamma + 1), ref)
         assert 0.0 <= tv <= 1.0
 
 
@@ -106,21 +107,22 @@ def test_block_sampler_matches_enumeration():
     p, q = toy_pair()
     gamma, n = 3, 8_000
     rng = np.random.default_rng(5)
-    for v in ("block", "first_failure"):
+    for rule in (bv.TOKEN, bv.BLOCK) + flaws.BLOCK_FLAWS:
+        f = cycles.RuleSampler(rule)
         counts = np.zeros(gamma + 1, dtype=np.int64)
         for _ in range(n):
-            _, k = bv.sample_cycle(p, q, (), gamma, rng, v)
+            _, k, _ = f(p, q, (), gamma, rng)
             counts[k] += 1
-        law = np.array(bv.accepted_count_law(p, q, (), gamma, v), dtype=float)
+        law = np.array(rule.accepted_count_law(p, q, (), gamma), dtype=float)
         stats.assert_law(counts[law > 0], law[law > 0], false_alarm=FALSE_ALARM)
 
 
 def test_block_errors():
     p, q = toy_pair()
-    with pytest.raises(ValueError, match="variant"):
-        bv.sequence_law(p, q, (), 2, 3, "blocky")
+    with pytest.raises(TypeError, match="rule"):
+        cycles.RuleSampler("blocky")
     with pytest.raises(LawError, match="gamma"):
-        bv.sequence_law(p, q, (), 0, 3)
+        bv.BLOCK.sequence_law(p, q, (), 0, 3)
     with pytest.raises(LawError, match="p: fractions"):
         cycles.fixed_oracle([F(1, 2), F(1, 3)], [F(1, 2), F(1, 2)])
 
@@ -138,29 +140,30 @@ TREES = [(1, 1), (2,), (2, 2), (3, 1), (2, 1, 1)]
 def test_tree_exact_on_toy_pair(widths, drafting):
     p, q = toy_pair()
     ref = sequence_law(p, (), len(widths) + 1)
-    assert law_tv(md.sequence_law(p, q, (), widths, len(widths) + 1, drafting), ref) < EXACT_TOL
+    law = md.RecursiveRejection(drafting).sequence_law(p, q, (), widths, len(widths) + 1)
+    assert law_tv(law, ref) < EXACT_TOL
 
 
 @pytest.mark.parametrize("widths", [(2,), (2, 2)])
 def test_tree_flaws_are_biased(widths):
     p, q = toy_pair()
     ref = sequence_law(p, (), len(widths) + 1)
-    for drafting, variant in (("without", "original_q"), ("with", "no_residual_update"),
-                              ("topk", "no_residual_update")):
-        tv = law_tv(md.sequence_law(p, q, (), widths, len(widths) + 1, drafting, variant), ref)
-        assert tv > 1e-3, (drafting, variant, tv)
+    for rule in flaws.TREE_FLAWS + (flaws.NoResidualUpdate("topk"),):
+        tv = law_tv(rule.sequence_law(p, q, (), widths, len(widths) + 1), ref)
+        assert tv > 1e-3 and not rule.exact, (rule, tv)
 
 
 def test_chain_tree_is_token_by_token():
     p, q = toy_pair()
     for gamma in (1, 2, 3):
-        tree = np.array(md.accepted_count_law(p, q, (), (1,) * gamma), dtype=float)
+        tree = np.array(md.RecursiveRejection().accepted_count_law(p, q, (), (1,) * gamma), dtype=float)
         np.testing.assert_allclose(tree, token_accepted_law(p, q, (), gamma), atol=1e-12)
 
 
 def test_more_candidates_accept_more():
     p, q = toy_pair()
-    one, two, three = (float(md.mean_accepted(p, q, (), (k,), "without")) for k in (1, 2, 3))
+    one, two, three = (float(md.RecursiveRejection("without").mean_accepted(p, q, (), (k,)))
+                       for k in (1, 2, 3))
     assert one < two < three
     assert md.scored_positions((2, 2)) == 7
 
@@ -170,19 +173,25 @@ def test_more_candidates_accept_more():
 def test_tree_exact_random(pair, widths, drafting):
     p, q = pair
     ref = sequence_law(p, (), len(widths) + 1)
-    assert law_tv(md.sequence_law(p, q, (), widths, len(widths) + 1, drafting), ref) < EXACT_TOL
+    law = md.RecursiveRejection(drafting).sequence_law(p, q, (), widths, len(widths) + 1)
+    assert law_tv(law, ref) < EXACT_TOL
 
 
 def test_tree_errors():
     p, q = toy_pair()
+    rule = md.RecursiveRejection()
     with pytest.raises(ValueError, match="widths"):
-        md.sequence_law(p, q, (), (), 2)
+        rule.sequence_law(p, q, (), (), 2)
     with pytest.raises(ValueError, match="widths"):
-        md.sequence_law(p, q, (), (2, 0), 2)
+        rule.sequence_law(p, q, (), (2, 0), 2)
     with pytest.raises(ValueError, match="drafting"):
-        md.sequence_law(p, q, (), (2,), 2, "sometimes")
+        md.RecursiveRejection("sometimes")
     with pytest.raises(ValueError, match="original_q"):
-        md.sequence_law(p, q, (), (2,), 2, "with", "original_q")
+        flaws.OriginalQ("with")
+    with pytest.raises(ValueError, match="top_widths"):
+        cycles.RuleSampler(rule)
+    with pytest.raises(ValueError, match="top_widths"):
+        cycles.RuleSampler(bv.BLOCK, top_widths=(2,))
 
 
 # --------------------------------------------------------------------------------------
@@ -195,24 +204,24 @@ def test_tree_errors():
 def test_matching_exact_for_any_draft(pair, gamma, greedy):
     p, q = pair
     ref = sequence_law(p, (), gamma + 1)
-    assert law_tv(matching.sequence_law(p, q, (), gamma, gamma + 1, greedy=greedy), ref) < EXACT_TOL
+    assert law_tv(matching.MATCHING.sequence_law(p, q, (), gamma, gamma + 1, greedy=greedy), ref) < EXACT_TOL
 
 
 def test_matching_exact_for_unrelated_draft_and_flaw_biased():
     p, _ = toy_pair()
     far = perturbed_draft(p, 0.0, rng=99)
     ref = sequence_law(p, (), 4)
-    assert law_tv(matching.sequence_law(p, far, (), 3, 4), ref) < EXACT_TOL
-    assert law_tv(matching.sequence_law(p, far, (), 3, 4, variant="resample_on_mismatch"), ref) > 1e-2
+    assert law_tv(matching.MATCHING.sequence_law(p, far, (), 3, 4), ref) < EXACT_TOL
+    assert law_tv(flaws.RESAMPLE_ON_MISMATCH.sequence_law(p, far, (), 3, 4), ref) > 1e-2
 
 
 def test_matching_acceptance_formulas():
     p, q = toy_pair()
     pv, qv = p.next_law(()), q.next_law(())
     a = matching.acceptance(pv, qv)
-    law = matching.accepted_count_law(p, q, (), 1)
+    law = matching.MATCHING.accepted_count_law(p, q, (), 1)
     assert law[1] == pytest.approx(a.sampled, abs=1e-12)
-    greedy = matching.accepted_count_law(p, q, (), 1, greedy=True)
+    greedy = matching.MATCHING.accepted_count_law(p, q, (), 1, greedy=True)
     assert greedy[1] == pytest.approx(a.greedy, abs=1e-12)
     assert a.sampled <= a.speculative and a.greedy <= a.speculative
     assert a.speculative == pytest.approx(float(token_accepted_law(p, q, (), 1)[1]), abs=1e-12)
@@ -272,7 +281,7 @@ def test_typical_and_relaxed_are_lossy(temperature):
 
 def test_typical_threshold_zero_accepts_everything():
     p, q = toy_pair(eos=None)
-    law = lossy.accepted_count_law(p, q, (), 3, "typical", {"epsilon": 0.0})
+    law = lossy.Lossy("typical", {"epsilon": 0.0}).accepted_count_law(p, q, (), 3)
     assert law[3] == pytest.approx(1.0)
 
 
@@ -288,34 +297,37 @@ def test_lossy_errors():
     assert lossy.kl_divergence({(0,): 1.0}, {(1,): 1.0}) == math.inf
 
 
-@pytest.mark.parametrize("widths,drafting,variant", [((2, 2), "without", "exact"), ((3, 1), "topk", "exact"),
-                                                     ((2, 1), "with", "no_residual_update")])
-def test_tree_sampler_matches_enumeration(widths, drafting, variant):
+@pytest.mark.parametrize("rule", [md.RecursiveRejection("without"), md.RecursiveRejection("topk"),
+                                  flaws.NO_RESIDUAL_UPDATE, flaws.ORIGINAL_Q])
+@pytest.mark.parametrize("widths", [(2, 2), (3, 1), (2, 1)])
+def test_tree_sampler_matches_enumeration(rule, widths):
     p, q = toy_pair()
     rng = np.random.default_rng(3)
-    n = 5_000
+    n = 3_000
     counts = np.zeros(len(widths) + 1, dtype=np.int64)
     for _ in range(n):
-        emitted, k, depth = md.sample_cycle(p, q, (), widths, rng, drafting, variant)
+        emitted, k, depth = rule.sample(p, q, (), widths, rng)
         assert depth == len(widths) and 1 <= len(emitted) <= depth + 1
         counts[k] += 1
-    law = np.array(md.accepted_count_law(p, q, (), widths, drafting, variant), dtype=float)
+    law = np.array(rule.accepted_count_law(p, q, (), widths), dtype=float)
     stats.assert_law(counts[law > 0], law[law > 0], false_alarm=FALSE_ALARM)
 
 
-@pytest.mark.parametrize("variant", matching.VARIANTS)
-def test_matching_sampler_matches_enumeration(variant):
+@pytest.mark.parametrize("rule", [matching.MATCHING, flaws.RESAMPLE_ON_MISMATCH, lossy.Lossy("typical"),
+                                  bv.BLOCK, flaws.TOKEN_RESIDUAL])
+def test_chain_sampler_matches_enumeration(rule):
+    """The emitted tokens of one sampled cycle follow the rule's exact cycle law."""
     p, q = toy_pair()
     rng = np.random.default_rng(4)
     n, gamma = 6_000, 3
+    f = cycles.RuleSampler(rule)
     counts: dict = {}
     for _ in range(n):
-        emitted, k, k_prop = matching.sample_cycle(p, q, (), gamma, rng, variant=variant)
+        emitted, k, k_prop = f(p, q, (), gamma, rng)
         assert k <= k_prop <= gamma
         counts[emitted] = counts.get(emitted, 0) + 1
-    outs = matching.cycle_outcomes(cycles.model_oracle(p, q), (), gamma, variant=variant)
     law: dict = {}
-    for w, em, _ in outs:
+    for w, em, _ in rule.outcomes(cycles.model_oracle(p, q), (), gamma):
         law[em] = law.get(em, 0.0) + w
     assert set(counts) <= set(law)
     keys = sorted(law)
@@ -323,15 +335,132 @@ def test_matching_sampler_matches_enumeration(variant):
                      false_alarm=FALSE_ALARM)
 
 
-def test_lossy_measurement_interval_covers_exact_tv():
+def test_first_cycle_accepted_law_is_the_accepted_count_law():
     p, q = toy_pair()
-    for rule, params in (("typical", None), ("lenient", {"t_acc": 0.5})):
-        counts = lossy.decode_counts(lambda *a: lossy.sample_cycle(*a, rule, params), p, q, (), 3, 2,
-                                     3_000, 11)
-        exact = lossy.sequence_law(p, q, (), 3, 2, rule, params)
-        est = lossy.estimate_loss(counts, sequence_law(p, (), 2), rng=12, confidence=1 - 1e-9,
-                                  resamples=200, exact=exact)
-        assert est.tv.low <= est.exact_tv <= est.tv.high     # the bound fails w.p. <= 1e-9
-        assert est.kl_low <= est.kl_high and est.trials == 3_000
-    with pytest.raises(LawError, match="counts"):
-        lossy.estimate_loss({}, sequence_law(p, (), 2), rng=1)
+    for rule, shape in ((bv.BLOCK, 3), (matching.MATCHING, 2), (md.RecursiveRejection("without"), (2, 1))):
+        joint = rule.first_cycle_accepted_law(p, q, (), shape)
+        np.testing.assert_allclose(joint.sum(axis=1), np.array(rule.accepted_count_law(p, q, (), shape), float),
+                                   atol=1e-12)
+        assert joint[:, 1].sum() > 0                     # the toy pair has EOS: some cycles end there
+    # the token rule's joint law is the kit's own token-by-token law
+    from specdec.conformance.runner import first_cycle_accepted_law
+    np.testing.assert_allclose(bv.TOKEN.first_cycle_accepted_law(p, q, (), 3),
+                               first_cycle_accepted_law(p, q, (), 3), atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------
+# The kit on the rules: exact ones pass, every flaw is caught, lossy ones are measured
+# --------------------------------------------------------------------------------------
+
+
+RULE_CASE = conformance.rule_cases()[0]
+FLAW_SAMPLERS = [cycles.RuleSampler(f, top_widths=(2,) if f.tree else None)
+                 for f in flaws.RULE_FLAWS + (flaws.NoResidualUpdate("topk"),)]
+EXACT_SAMPLERS = [cycles.RuleSampler(bv.BLOCK), cycles.RuleSampler(matching.MATCHING),
+                  cycles.RuleSampler(matching.MATCHING, greedy=True),
+                  cycles.RuleSampler(md.RecursiveRejection("without"), top_widths=(2,)),
+                  cycles.RuleSampler(md.RecursiveRejection("topk"), top_widths=(2,))]
+
+
+def _rule_law(f, case):
+    return f.rule.sequence_law(case.target, case.draft, case.prefix, f.shape(case.gamma), case.length,
+                               greedy=f.greedy)
+
+
+def _trials_to_catch(law_of_flaw: dict, case, level: float, power: float) -> int:
+    """Fewest trials (of 2,000 x 2^j) at which the kit's law test catches the flaw with ``power``.
+
+    The kit's binning depends on the exact law and the trials only; the Pearson statistic
+    of the flaw's binned law against the target's is then noncentral chi-square with
+    noncentrality ``trials * sum (pi - p)^2 / p`` over the bins.
+    """
+    from scipy import stats as sps
+
+    ref = sequence_law(case.target, case.prefix, case.length)
+    keys = sorted(ref)
+    p = np.array([ref[k] for k in keys])
+    pi = np.array([law_of_flaw.get(k, 0.0) for k in keys])
+    outside = 1.0 - pi.sum()
+    assert outside < 1e-9                      # on this case no flaw emits an impossible sequence
+    for n in (2_000 * 2 ** j for j in range(6)):
+        binning = stats.pool_cells(p, n, min_expected=10.0, max_bins=stats.bins_for_trials(n))
+        pb = np.bincount(binning.bin_of, weights=p, minlength=binning.n_bins)
+        qb = np.bincount(binning.bin_of, weights=pi, minlength=binning.n_bins)
+        lam, dof = n * float(((qb - pb) ** 2 / pb).sum()), binning.n_bins - 1
+        if sps.ncx2.sf(sps.chi2.isf(level, dof), dof, lam) >= power:
+            return n
+    raise AssertionError("flaw too small for this case")
+
+
+def test_rule_case_shows_every_flaw():
+    ref = sequence_law(RULE_CASE.target, (), RULE_CASE.length)
+    for f in FLAW_SAMPLERS:
+        assert law_tv(_rule_law(f, RULE_CASE), ref) >= 0.05, f
+    for f in EXACT_SAMPLERS:
+        assert law_tv(_rule_law(f, RULE_CASE), ref) < EXACT_TOL, f
+
+
+@pytest.mark.parametrize("f", FLAW_SAMPLERS, ids=repr)
+def test_kit_catches_every_rule_flaw(f):
+    # two checks (law, accounting) at false alarm 1e-3: the law check fails when p <= 5e-4;
+    # the trials are chosen so that it does except with probability 1e-6
+    trials = _trials_to_catch(_rule_law(f, RULE_CASE), RULE_CASE, 1e-3 / 2, 1 - 1e-6)
+    report = conformance.run_battery(f, cases=["rules_far_g3"], trials=trials, seed=7)
+    assert not report.passed and report.cases[0].law.failed
+    assert not report.cases[0].exact
+
+
+@pytest.mark.parametrize("f", EXACT_SAMPLERS, ids=repr)
+def test_kit_passes_exact_rules_with_their_accounting(f):
+    # fails w.p. <= 1e-6 (the battery's family-wise false alarm)
+    report = conformance.run_battery(f, cases=["block_g4", "block_eos_g3", "rules_far_g3"], trials=1_500,
+                                     seed=11, false_alarm=1e-6)
+    assert report.passed, report.to_markdown()
+    assert all(c.accounting is not None for c in report.cases)      # the counts were checked
+    assert any("accepted-count law of the sampler's rule" in t for t in report.conventions)
+
+
+def test_block_verifier_reporting_counts_needs_its_law():
+    f = cycles.RuleSampler(bv.BLOCK)
+
+    def plain(target, draft, prefix, gamma, rng):               # the same sampler, no declared law
+        return f(target, draft, prefix, gamma, rng)
+
+    declared = conformance.run_battery(plain, accepted_law="block", cases=["block_g4"], trials=3_000,
+                                       seed=5, false_alarm=1e-6)
+    assert declared.passed and declared.cases[0].accounting is not None
+    assert "block verification (declared)" in " ".join(declared.conventions)
+    assert conformance.describe_sampler(plain, accepted_law="matching").accepted_law == "matching"
+    with pytest.raises(ValueError, match="accepted_law"):
+        conformance.describe_sampler(plain, accepted_law="tree")
+    with pytest.raises(ValueError, match="accepted_law"):
+        conformance.run_battery(plain, accepted_law=lambda t, d, pr, g: [0.5, 0.6], cases=["block_g1"],
+                                trials=10)
+
+
+def test_measure_loss_interval_covers_exact_tv():
+    p, q = toy_pair()
+    case = conformance.BlockCase("toy_g3", "toy pair, gamma 3, 2 tokens", p, q, 3, 2)
+    ref = sequence_law(p, (), 2)
+    for rule in (lossy.Lossy("typical"), lossy.Lossy("lenient", {"t_acc": 0.5})):
+        report = conformance.measure_loss(cycles.RuleSampler(rule), cases=[case], trials=3_000, seed=12,
+                                          confidence=1 - 1e-9, resamples=200)
+        est = report.case("toy_g3")
+        exact = law_tv(rule.sequence_law(p, q, (), 3, 2), ref)
+        assert est.tv.low <= exact <= est.tv.high              # the bound fails w.p. <= 1e-9
+        assert est.kl.low <= est.kl.high and est.trials == 3_000 and est.impossible == 0
+        assert 0 < lossy.kl_divergence(rule.sequence_law(p, q, (), 3, 2), ref) < math.inf
+    assert "toy_g3" in report.to_markdown() and report.to_dict()["cases"][0]["trials"] == 3_000
+
+
+def test_measure_loss_token_and_cli(capsys):
+    from specdec import gallery
+
+    r = conformance.measure_loss(gallery.vectorised_correct, cases=["article"], trials=50_000, seed=3,
+                                 confidence=1 - 1e-9)
+    assert r.cases[0].tv.low == 0.0 and r.cases[0].kl.estimate < 1e-3
+    assert conformance.main(["specdec.gallery:vectorised_correct", "--measure", "--cases", "article",
+                             "--trials", "2000"]) == 0
+    assert "| article | 2,000 |" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="batch"):
+        conformance.measure_loss(lambda tl, dp, dt, nd, st, rng: None, kind="batch")

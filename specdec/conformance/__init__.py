@@ -67,6 +67,19 @@ Accounting
     cycle; and the accepted count of the first cycle of each decode must follow its
     exact law (:func:`specdec.block.accepted_count_law`). Accepts after the first
     rejection must not be counted: ``[accept, reject, accept, accept]`` counts 1.
+    That law is token-by-token verification's; a block sampler that verifies otherwise
+    (block verification, a draft tree, the matching rule) names the accepted-count law of
+    its rule with ``accepted_law=`` (``"token"``, ``"block"``, ``"matching"`` or a callable,
+    see :class:`SamplerSpec`), or carries it as a ``first_cycle_accepted_law`` method, as
+    the library's rules do through :class:`specdec.cycles.RuleSampler`. The opt-in block
+    cases :data:`RULE_CASE_NAMES` are where the flaws of those rules show.
+
+Measurement
+    :func:`measure_loss` runs the same cases and conventions and reports, instead of a
+    verdict, how far the sampler's law is from the target's: the TV distance with an
+    interval valid for every number of trials and the KL divergence with a bootstrap
+    interval (:class:`LossReport`); for a lossy acceptance mode, whose failing the battery
+    says nothing new (command line: ``--measure``).
 
 The statistics
 --------------
@@ -125,9 +138,11 @@ from __future__ import annotations
 from specdec.stats import Binning, detectable_tv, holm_adjust, pool_cells
 
 from .plan import DEFAULT_RESOLUTION, Plan, plan_battery
-from .cases import (BATCH_CASE_NAMES, BLOCK_CASE_NAMES, CASE_NAMES, BatchCase, BlockCase, TokenCase,
-                    batch_cases, block_cases, token_cases)
-from .conventions import SamplerSpec, batch_sampler, block_sampler, describe_sampler, load_sampler, token_sampler
+from .cases import (BATCH_CASE_NAMES, BLOCK_CASE_NAMES, CASE_NAMES, RULE_CASE_NAMES, BatchCase, BlockCase,
+                    TokenCase, batch_cases, block_cases, rule_cases, token_cases)
+from .conventions import (ACCEPTED_LAWS, SamplerSpec, batch_sampler, block_sampler, describe_sampler,
+                          load_sampler, token_sampler)
+from .loss import CaseLoss, LossReport, measure_loss
 from .report import CaseResult, Check, CycleAccounting, Report
 from .runner import assert_conforms, run_battery, run_case
 
@@ -147,6 +162,12 @@ __all__ = [
     "block_cases",
     "CASE_NAMES",
     "BLOCK_CASE_NAMES",
+    "RULE_CASE_NAMES",
+    "rule_cases",
+    "ACCEPTED_LAWS",
+    "measure_loss",
+    "LossReport",
+    "CaseLoss",
     "Binning",
     "pool_cells",
     "detectable_tv",

@@ -3,7 +3,10 @@
 Unless ``--trials`` is given, the kit first runs a short pilot of every case, prints the
 plan (trials per case, estimated time, the detectable TV it buys) to standard error,
 then runs it. ``--resolution TV`` asks for a detectable TV; ``--budget SECONDS`` for the
-best TV that time allows; ``--plan`` prints the plan and stops.
+best TV that time allows; ``--plan`` prints the plan and stops. ``--accepted-law`` names
+the accepted-count law of a block sampler's rule (``token``, ``block``, ``matching`` or
+``package.module:function``). ``--measure`` measures the sampler's loss instead of
+testing it (TV and KL with intervals, :func:`specdec.conformance.measure_loss`; exit 0).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from .cases import batch_cases, block_cases, token_cases
-from .conventions import (AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED, OWN, TOKEN,
-                          describe_sampler, load_sampler)
+from .cases import batch_cases, block_cases, rule_cases, token_cases
+from .conventions import (ACCEPTED_LAWS, AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED,
+                          OWN, TOKEN, describe_sampler, load_sampler)
+from .loss import measure_loss
 from .plan import plan_battery
 from .runner import _resolve_cases, run_battery
 
@@ -38,6 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="where the sampler's proposals come from (default: detected)")
     ap.add_argument("--accepted-eos", choices=(AUTO, COUNTED, NOT_COUNTED), default=None,
                     help="whether an accepted end-of-sequence is reported as accepted")
+    ap.add_argument("--accepted-law", default=None,
+                    help="block samplers: the accepted-count law of the rule ("
+                         + ", ".join(ACCEPTED_LAWS) + ", or package.module:function)")
+    ap.add_argument("--measure", action="store_true",
+                    help="measure the loss (TV and KL with intervals) instead of testing")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trials", type=int, default=None, help="trials per case (no pilot)")
     ap.add_argument("--resolution", type=float, default=None,
@@ -57,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"token  {c.name:16s} {c.description}")
         for c in block_cases():
             print(f"block  {c.name:16s} {c.description}")
+        for c in rule_cases():
+            print(f"block  {c.name:16s} {c.description} (opt-in)")
         for c in batch_cases():
             print(f"batch  {c.name:16s} {c.description}")
         return 0
@@ -67,8 +78,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sampler = load_sampler(args.sampler)
         cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
+        if args.measure:
+            report = measure_loss(sampler, kind=args.kind, vectorised=args.vectorised,
+                                  inputs=args.inputs, cases=cases, seed=args.seed, trials=args.trials)
+            print(report.to_markdown())
+            return 0
+        law = args.accepted_law
+        if law is not None and law not in ACCEPTED_LAWS:
+            law = load_sampler(law)
         conv = dict(kind=args.kind, vectorised=args.vectorised, inputs=args.inputs,
-                    proposals=args.proposals, accepted_eos=args.accepted_eos)
+                    proposals=args.proposals, accepted_eos=args.accepted_eos, accepted_law=law)
         trials = args.trials
         resolution = None
         if trials is None:
@@ -92,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import dataclasses
 
             report = dataclasses.replace(report, resolution=resolution)
-    except (ImportError, ValueError, TypeError) as exc:
+    except (ImportError, ValueError, TypeError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.to_markdown(timings=args.timings))

@@ -17,7 +17,7 @@ import numpy as np
 from specdec import laws
 
 __all__ = ["TokenCase", "BlockCase", "BatchCase", "token_cases", "block_cases", "batch_cases",
-           "CASE_NAMES", "BLOCK_CASE_NAMES", "BATCH_CASE_NAMES"]
+           "rule_cases", "CASE_NAMES", "BLOCK_CASE_NAMES", "BATCH_CASE_NAMES", "RULE_CASE_NAMES"]
 
 
 
@@ -210,6 +210,29 @@ def block_cases() -> tuple[BlockCase, ...]:
     return tuple(out)
 
 
+def rule_cases() -> tuple[BlockCase, ...]:
+    """Block cases for verification rules beyond token by token (opt-in by name).
+
+    Returns
+    -------
+    tuple of BlockCase
+        ``rules_far_g3``: a 3-token pair (order 1, two positions) whose draft ignores the
+        target (closeness 0), gamma = 3, decodes of 4 tokens. Chosen from seeded random
+        pairs so that every flaw of block verification, of recursive rejection over a tree
+        with two candidates at the top, and of the matching rule
+        (:data:`specdec.flaws.RULE_FLAWS`) has a TV of at least 0.05 on the law of the four
+        tokens (the small ones, ``token_residual`` and ``original_q``, are about 0.05 and
+        0.08; on the standard ``block_g4`` they are 0.0007 and 0.015). Run it with
+        ``cases=BLOCK_CASE_NAMES + RULE_CASE_NAMES``; it is not in the default battery.
+    """
+    from specdec import models
+
+    target = models.random_model(3, rng=34, order=1, positions=2, eos=None)
+    draft = models.perturbed_draft(target, 0.0, rng=35)
+    return (BlockCase("rules_far_g3", "3-token pair, draft unrelated to the target, gamma = 3, "
+                      "4 tokens (where block-verification and tree flaws show)", target, draft, 3, 4),)
+
+
 #: Names of the standard token cases, in battery order.
 CASE_NAMES: tuple[str, ...] = (
     "article", "equal", "disjoint", "draft_zero", "target_zero", "onehot_target", "onehot_draft",
@@ -220,6 +243,9 @@ CASE_NAMES: tuple[str, ...] = (
 BLOCK_CASE_NAMES: tuple[str, ...] = (
     "block_g1", "block_g2", "block_g4", "block_close_g3", "block_eos_g3",
 )
+
+#: Names of the block cases for rules beyond token by token (:func:`rule_cases`).
+RULE_CASE_NAMES: tuple[str, ...] = ("rules_far_g3",)
 
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 __all__ = ["TOKEN", "BLOCK", "BATCH", "batch_sampler", "LAWS", "LOGITS", "AUTO", "FROM_Q", "OWN", "COUNTED", "NOT_COUNTED",
            "SamplerSpec", "token_sampler", "block_sampler",
-           "describe_sampler", "load_sampler"]
+           "describe_sampler", "load_sampler", "ACCEPTED_LAWS"]
 
 TOKEN = "token"
 BLOCK = "block"
@@ -28,6 +28,10 @@ FROM_Q = "q"
 OWN = "own"
 COUNTED = "counted"
 NOT_COUNTED = "not_counted"
+
+#: Verification rules whose accepted-count law a block sampler can name (see
+#: :class:`SamplerSpec`): token by token (the default), block verification, the matching rule.
+ACCEPTED_LAWS = ("token", "block", "matching")
 
 #: Largest number of steps requested from a vectorised sampler in one call.
 CHUNK = 1 << 18
@@ -71,6 +75,16 @@ class SamplerSpec:
         :mod:`specdec.block` does) or not (``"not_counted"``, as Hugging Face transformers
         does: it reports ``n_matches = L - 1``). ``"auto"``: ``"counted"`` if some cycle
         reports it, else ``"not_counted"``.
+    accepted_law : str, callable or None
+        Block samplers: the verification rule whose accepted-count law the reported
+        counts of the first cycle must follow. A name of :data:`ACCEPTED_LAWS`
+        (``"token"``: token by token, Leviathan et al.; ``"block"``: block verification,
+        Sun et al.; ``"matching"``: the matching rule with drafts sampled from ``q``), or a
+        callable ``law(target, draft, prefix, gamma)`` returning the joint law
+        ``(gamma + 1, 2)`` of (accepted count, cycle ends at an accepted end-of-sequence),
+        or a ``(gamma + 1,)`` law of the reported count. ``None`` (default): the sampler's
+        own ``first_cycle_accepted_law`` method if it has one (as
+        :class:`specdec.cycles.RuleSampler` does), else token by token.
     """
 
     kind: str
@@ -79,6 +93,7 @@ class SamplerSpec:
     name: str = "sampler"
     proposals: str = AUTO
     accepted_eos: str = AUTO
+    accepted_law: Any = None
 
 
 def _callable_name(f: Any) -> str:
@@ -220,7 +235,7 @@ def _has_keyword(f, name: str) -> bool:
 
 def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | None = None,
                      inputs: str | None = None, proposals: str | None = None,
-                     accepted_eos: str | None = None) -> SamplerSpec:
+                     accepted_eos: str | None = None, accepted_law=None) -> SamplerSpec:
     """Decide how to call ``sampler``.
 
     Explicit arguments win; then the mark left by :func:`token_sampler` or
@@ -238,6 +253,8 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
     proposals : {"auto", "q", "own"} or None
     accepted_eos : {"auto", "counted", "not_counted"} or None
         Accounting conventions (see :class:`SamplerSpec`).
+    accepted_law : str, callable or None
+        Accepted-count law of a block sampler's rule (see :class:`SamplerSpec`).
 
     Returns
     -------
@@ -256,7 +273,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
     >>> describe_sampler(lambda target, draft, prefix, gamma, rng: [0]).kind
     'block'
     >>> describe_sampler(lambda p, q, rng: 0)
-    SamplerSpec(kind='token', vectorised=False, inputs='laws', name='specdec.conformance.conventions:<lambda>', proposals='auto', accepted_eos='auto')
+    SamplerSpec(kind='token', vectorised=False, inputs='laws', name='specdec.conformance.conventions:<lambda>', proposals='auto', accepted_eos='auto', accepted_law=None)
     """
     if not callable(sampler):
         raise TypeError(f"sampler: must be callable (got {type(sampler).__name__})")
@@ -296,6 +313,15 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
     if accepted_eos is not None:
         spec = dataclasses.replace(spec, accepted_eos=_check_choice(
             accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED)))
+    if accepted_law is not None:
+        if isinstance(accepted_law, str):
+            _check_choice(accepted_law, "accepted_law", ACCEPTED_LAWS)
+        elif not callable(accepted_law):
+            raise TypeError(f"accepted_law: must be one of {', '.join(map(repr, ACCEPTED_LAWS))} or a "
+                            f"callable law(target, draft, prefix, gamma) (got {accepted_law!r})")
+        if spec.kind != BLOCK:
+            raise ValueError("accepted_law: applies to block samplers only")
+        spec = dataclasses.replace(spec, accepted_law=accepted_law)
     if spec.kind in (BLOCK, BATCH) and spec.inputs != LAWS:
         raise ValueError("inputs: block samplers receive toy models, not logits "
                          "(inputs='logits' applies to token samplers only)")

@@ -13,7 +13,7 @@ import numpy as np
 from specdec import laws, stats, verify
 
 from . import plan
-from .cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, token_cases
+from .cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, rule_cases, token_cases
 from .conventions import (AUTO, BATCH, BLOCK, CHUNK, COUNTED, FROM_Q, LOGITS, NOT_COUNTED, OWN,
                           TOKEN, SamplerSpec, describe_sampler)
 from .report import CaseResult, Check, CycleAccounting, Report
@@ -498,9 +498,78 @@ def first_cycle_accepted_law(target, draft, prefix, gamma: int) -> np.ndarray:
     return out
 
 
-def _block_case(sampler, spec, case: BlockCase, rng, trials, opts):
+def _named_accepted_law(name: str):
+    """The first-cycle accepted-count law of a rule of :data:`ACCEPTED_LAWS`."""
+    if name == "token":
+        return first_cycle_accepted_law
+    from specdec import blockverify, matching
+
+    rule = {"block": blockverify.BLOCK, "matching": matching.MATCHING}[name]
+    return lambda target, draft, prefix, gamma: rule.first_cycle_accepted_law(target, draft, prefix, gamma)
+
+
+def accepted_law_of(spec: SamplerSpec, sampler):
+    """The accepted-count law a block sampler's reported counts are checked against.
+
+    Returns
+    -------
+    (callable, str or None)
+        ``law(target, draft, prefix, gamma)`` and the convention sentence for the report
+        (``None`` for the default, token by token).
+    """
+    law = spec.accepted_law
+    if law is None:
+        own = getattr(sampler, "first_cycle_accepted_law", None)
+        if callable(own):
+            return own, (f"accepted counts checked against the accepted-count law of the "
+                         f"sampler's rule ({sampler!r}: its first_cycle_accepted_law)")
+        return first_cycle_accepted_law, None
+    if isinstance(law, str):
+        names = {"token": "token-by-token verification", "block": "block verification",
+                 "matching": "the matching rule"}
+        return _named_accepted_law(law), (f"accepted counts checked against the accepted-count "
+                                          f"law of {names[law]} (declared)")
+    return law, ("accepted counts checked against the declared accepted-count law "
+                 f"({getattr(law, '__qualname__', repr(law))})")
+
+
+def _check_accepted_law(law, gamma: int) -> np.ndarray:
+    """A declared law as the ``(gamma + 1, 2)`` joint; ``ValueError`` naming ``accepted_law``."""
+    arr = np.asarray(law, dtype=np.float64)
+    if arr.shape == (gamma + 1,):
+        arr = np.stack([arr, np.zeros_like(arr)], axis=1)
+    if arr.shape != (gamma + 1, 2) or not np.isfinite(arr).all() or (arr < -1e-12).any() \
+            or abs(arr.sum() - 1.0) > 1e-9:
+        raise ValueError(f"accepted_law: must return a law of shape ({gamma + 1}, 2) or "
+                         f"({gamma + 1},) that sums to 1 (got shape {arr.shape}, sum {arr.sum():.6g})")
+    return np.clip(arr, 0.0, None)
+
+
+def sequence_counts(case: BlockCase, rows: np.ndarray, lens: np.ndarray):
+    """Counts of decoded sequences against the target's exact law of ``case.length`` tokens.
+
+    Returns
+    -------
+    (law, counts, known)
+        The exact law over the target's possible sequences ``(K,)``, their counts ``(K,)``,
+        and per decode whether its sequence is one of them (``(n,)`` bool).
+    """
     from specdec import models
 
+    exact = models.sequence_law(case.target, tuple(case.prefix), case.length)
+    keys = list(exact)
+    vocab = int(case.target.vocab_size)
+    law = np.array([exact[k] for k in keys])
+    key_codes = _encode(np.array([list(k) + [0] * (case.length - len(k)) for k in keys]),
+                        np.array([len(k) for k in keys]), vocab)
+    order = np.argsort(key_codes)
+    codes = _encode(rows, lens, vocab)
+    pos = np.minimum(np.searchsorted(key_codes[order], codes), len(keys) - 1)
+    known = key_codes[order][pos] == codes
+    return law, np.bincount(order[pos[known]], minlength=len(keys)), known
+
+
+def _block_case(sampler, spec, case: BlockCase, rng, trials, opts):
     t0 = time.perf_counter()
 
     def failed(msg, cause):
@@ -519,16 +588,7 @@ def _block_case(sampler, spec, case: BlockCase, rng, trials, opts):
                       f"The sampler raised {type(exc).__name__}: {exc}.")
     target, draft, gamma = case.target, case.draft, case.gamma
     vocab, eos = int(target.vocab_size), target.eos
-    exact = models.sequence_law(target, tuple(case.prefix), case.length)
-    keys = list(exact)
-    law = np.array([exact[k] for k in keys])
-    key_codes = _encode(np.array([list(k) + [0] * (case.length - len(k)) for k in keys]),
-                        np.array([len(k) for k in keys]), vocab)
-    order = np.argsort(key_codes)
-    codes = _encode(rows, lens, vocab)
-    pos = np.minimum(np.searchsorted(key_codes[order], codes), len(keys) - 1)
-    known = key_codes[order][pos] == codes
-    counts = np.bincount(order[pos[known]], minlength=len(keys))
+    law, counts, known = sequence_counts(case, rows, lens)
     outside = int((~known).sum())
     violations = list(violations)
     bad_rows = bad_rows | ~known
@@ -547,7 +607,10 @@ def _block_case(sampler, spec, case: BlockCase, rng, trials, opts):
             violations.append(f"cycles must emit 1 to gamma + 1 = {gamma + 1} tokens "
                               f"({int(bad.sum()):,} cycles)")
             bad_rows[np.unique(cycles.sequence[bad])] = True
-        joint = first_cycle_accepted_law(target, draft, tuple(case.prefix), gamma)
+        law_fn, law_text = accepted_law_of(spec, sampler)
+        joint = _check_accepted_law(law_fn(target, draft, tuple(case.prefix), gamma), gamma)
+        if law_text is not None and cycles.n_accepted is not None:
+            conventions.append(law_text)
         k_law = joint.sum(axis=1)
         exact_e = float(np.arange(gamma + 1) @ k_law) + 1.0 - float(joint[:, 1].sum())
         exact_a = float(np.arange(gamma + 1) @ k_law)
@@ -775,7 +838,7 @@ def _resolve_cases(kind: str, cases) -> tuple:
         return standard
     if isinstance(cases, (str, TokenCase, BlockCase)):
         cases = [cases]
-    by_name = {c.name: c for c in standard}
+    by_name = {c.name: c for c in standard + (rule_cases() if kind == BLOCK else ())}
     out = []
     for c in cases:
         if isinstance(c, str):
@@ -890,7 +953,7 @@ def _check_probability(x, name: str, *, upper: float = 1.0, closed: bool = False
 
 def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = None,
                 inputs: str | None = None, proposals: str | None = None,
-                accepted_eos: str | None = None, cases=None, seed: int = 0,
+                accepted_eos: str | None = None, accepted_law=None, cases=None, seed: int = 0,
                 trials=None, resolution: float | None = None, budget: float | None = None,
                 false_alarm: float = 1e-3, power: float = 0.9,
                 confidence: float = 0.95, min_expected: float = 10.0,
@@ -906,6 +969,12 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     proposals, accepted_eos : optional
         Accounting conventions (see :class:`specdec.conformance.SamplerSpec`), when the
         mark does not say them; by default they are detected from the data.
+    accepted_law : str or callable, optional
+        Block samplers: the accepted-count law of the sampler's verification rule, which
+        its reported counts must follow (``"token"``, ``"block"``, ``"matching"``, or a
+        callable ``law(target, draft, prefix, gamma)``; see
+        :class:`specdec.conformance.SamplerSpec`). Default: the sampler's own
+        ``first_cycle_accepted_law`` method if it has one, else token by token.
     cases : sequence of str or case objects, optional
         Subset (by name) or custom cases; default: the standard battery of the kind
         (:func:`token_cases` or :func:`block_cases`).
@@ -957,7 +1026,8 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     """
     t0 = time.perf_counter()
     spec = describe_sampler(sampler, kind=kind, vectorised=vectorised, inputs=inputs,
-                            proposals=proposals, accepted_eos=accepted_eos)
+                            proposals=proposals, accepted_eos=accepted_eos,
+                            accepted_law=accepted_law)
     seed = laws.check_int(seed, "seed", minimum=0)
     _check_probability(false_alarm, "false_alarm", upper=0.5, closed=True)
     _check_probability(power, "power")
