@@ -117,15 +117,6 @@ def _finish(path: DraftPath, tau: int, weight, law: list, total, out: list) -> N
             out.append((weight * m / total, head + (y,), tau))
 
 
-def _accept_all(path: DraftPath, k: int, weight, out: list) -> None:
-    if weight <= 0:
-        return
-    if path.ends:
-        out.append((weight, path.tokens, k))
-    else:
-        _finish(path, k, weight, path.p[k], sum(path.p[k]), out)
-
-
 def _emit(path: DraftPath, tau: int, law, u: float) -> tuple[tuple, int]:
     """``x_1..x_tau`` and one token drawn from ``law`` with ``u`` (the block alone at EOS)."""
     if law is None:
@@ -154,8 +145,7 @@ class TokenByToken(cycles.ChainRule):
             plus, z = _residual(1, p, q)
             _finish(path, i, run * (1 - a), plus, z, out)
             run = run * a
-        _accept_all(path, len(path.tokens), run, out)
-        return out
+        return out + cycles.full_acceptance(path, run)
 
     def sample_path(self, path, rng):
         k = len(path.tokens)
@@ -206,8 +196,7 @@ class BlockVerification(cycles.ChainRule):
         for tau in range(k):
             law, z = _residual(self.residual_weight(w, tau), path.p[tau], path.q[tau])
             _finish(path, tau, taus[tau], law, z, out)
-        _accept_all(path, k, taus[k], out)
-        return out
+        return out + cycles.full_acceptance(path, taus[k])
 
     def sample_path(self, path, rng):
         k = len(path.tokens)

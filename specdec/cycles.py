@@ -72,6 +72,8 @@ __all__ = [
     "path_accepted_law",
     "real_paths",
     "draft_chain",
+    "full_acceptance",
+    "sample_full_acceptance",
     "Rule",
     "ChainRule",
     "RuleSampler",
@@ -551,6 +553,29 @@ def draft_chain(target: ToyModel, draft: ToyModel, ctx: tuple, gamma: int, rng, 
     if toks[-1] != eos:
         ps.append(target.next_law(ctx + tuple(toks)).tolist())
     return DraftPath(tuple(toks), 1.0, tuple(ps), tuple(qs))
+
+
+def full_acceptance(path: DraftPath, weight) -> list:
+    """Outcomes of accepting the whole drafted chain with probability ``weight``.
+
+    The chain alone when it ends at EOS (no bonus position), else the chain and a bonus
+    token from the target's law after it: ``(weight p_{k+1}(y), x_1..x_k y, k)``. Empty
+    when ``weight`` is 0.
+    """
+    k = len(path.tokens)
+    if weight <= 0:
+        return []
+    if path.ends:
+        return [(weight, path.tokens, k)]
+    return [(weight * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0]
+
+
+def sample_full_acceptance(path: DraftPath, rng) -> tuple[tuple, int]:
+    """``(emitted, n_accepted)`` after accepting the whole chain: the bonus drawn with one uniform."""
+    k = len(path.tokens)
+    if path.ends:
+        return path.tokens, k
+    return path.tokens + (draw_weights(path.p[k], rng.random()),), k
 
 
 @dataclass(frozen=True)

@@ -200,22 +200,14 @@ class Lossy(cycles.ChainRule):
             run *= a
             if run == 0:
                 return out
-        k = len(path.tokens)
-        if path.ends:
-            out.append((run, path.tokens, k))
-        else:
-            out.extend((run * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0)
-        return out
+        return out + cycles.full_acceptance(path, run)
 
     def sample_path(self, path, rng):
         for i, x in enumerate(path.tokens):
             p, q = path.p[i], path.q[i]
             if rng.random() >= _accept_prob(self.rule, self.params, p, q, x):
                 return path.tokens[:i] + (cycles.draw_weights(_recovery(self.rule, p, q), rng.random()),), i
-        k = len(path.tokens)
-        if path.ends:
-            return path.tokens, k
-        return path.tokens + (cycles.draw_weights(path.p[k], rng.random()),), k
+        return cycles.sample_full_acceptance(path, rng)
 
     def __repr__(self) -> str:
         return f"{self.rule}({', '.join(f'{k}={v:g}' for k, v in self.params.items())})"

@@ -172,13 +172,7 @@ class Matching(cycles.ChainRule):
                 out.extend((miss * w, head + (y,), i)
                            for y, w in enumerate(self.mismatch_law(p, x)) if w > 0)
             run = run * p[x]
-        k = len(path.tokens)
-        if run > 0:
-            if path.ends:
-                out.append((run, path.tokens, k))
-            else:
-                out.extend((run * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0)
-        return out
+        return out + cycles.full_acceptance(path, run)
 
     def sample_path(self, path, rng):
         for i, x in enumerate(path.tokens):
@@ -186,10 +180,7 @@ class Matching(cycles.ChainRule):
             y = _inverse_cdf(p, rng.random())
             if y != x:
                 return path.tokens[:i] + (self.at_mismatch(y, p, rng),), i
-        k = len(path.tokens)
-        if path.ends:
-            return path.tokens, k
-        return path.tokens + (_inverse_cdf(np.asarray(path.p[k]), rng.random()),), k
+        return cycles.sample_full_acceptance(path, rng)
 
 
 #: The matching rule.

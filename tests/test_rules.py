@@ -368,28 +368,24 @@ def _rule_law(f, case):
 
 
 def _trials_to_catch(law_of_flaw: dict, case, level: float, power: float) -> int:
-    """Fewest trials (of 2,000 x 2^j) at which the kit's law test catches the flaw with ``power``.
-
-    The kit's binning depends on the exact law and the trials only; the Pearson statistic
-    of the flaw's binned law against the target's is then noncentral chi-square with
-    noncentrality ``trials * sum (pi - p)^2 / p`` over the bins.
-    """
-    from scipy import stats as sps
-
+    """Fewest trials (of 2,000 x 2^j) at which the kit's law test catches the flaw with ``power``."""
     ref = sequence_law(case.target, case.prefix, case.length)
     keys = sorted(ref)
-    p = np.array([ref[k] for k in keys])
-    pi = np.array([law_of_flaw.get(k, 0.0) for k in keys])
-    outside = 1.0 - pi.sum()
-    assert outside < 1e-9                      # on this case no flaw emits an impossible sequence
+    p, pi = [ref[k] for k in keys], [law_of_flaw.get(k, 0.0) for k in keys]
+    assert abs(sum(pi) - 1.0) < 1e-9           # on this case no flaw emits an impossible sequence
     for n in (2_000 * 2 ** j for j in range(6)):
-        binning = stats.pool_cells(p, n, min_expected=10.0, max_bins=stats.bins_for_trials(n))
-        pb = np.bincount(binning.bin_of, weights=p, minlength=binning.n_bins)
-        qb = np.bincount(binning.bin_of, weights=pi, minlength=binning.n_bins)
-        lam, dof = n * float(((qb - pb) ** 2 / pb).sum()), binning.n_bins - 1
-        if sps.ncx2.sf(sps.chi2.isf(level, dof), dof, lam) >= power:
+        if stats.chisquare_power(p, pi, n, level) >= power:
             return n
     raise AssertionError("flaw too small for this case")
+
+
+def test_chisquare_power():
+    law = [0.5, 0.3, 0.2]
+    assert stats.chisquare_power(law, law, 5_000, 1e-3) == pytest.approx(1e-3, rel=1e-6)
+    assert stats.chisquare_power(law, [0.5, 0.2, 0.3], 5_000, 1e-3) > 0.999
+    assert stats.chisquare_power(law + [0.0], [0.5, 0.3, 0.1, 0.1], 100, 1e-3) > 0.99   # impossible outcome
+    with pytest.raises(LawError, match="alternative"):
+        stats.chisquare_power(law, [0.5, 0.5], 100, 1e-3)
 
 
 def test_rule_case_shows_every_flaw():
