@@ -460,3 +460,7 @@ def test_measure_loss_token_and_cli(capsys):
     assert "| article | 2,000 |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="batch"):
         conformance.measure_loss(lambda tl, dp, dt, nd, st, rng: None, kind="batch")
+    # the accepted-count law is a block convention: a token sampler with one is a usage error
+    assert conformance.main(["specdec.gallery:vectorised_correct", "--accepted-law", "block", "--cases",
+                             "article", "--trials", "100"]) == 2
+    assert "block samplers only" in capsys.readouterr().err
