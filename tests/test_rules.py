@@ -429,6 +429,11 @@ def test_block_verifier_reporting_counts_needs_its_law():
     assert conformance.describe_sampler(plain, accepted_law="matching").accepted_law == "matching"
     with pytest.raises(ValueError, match="accepted_law"):
         conformance.describe_sampler(plain, accepted_law="tree")
+    marked = conformance.block_sampler(accepted_law="block")(lambda t, d, pr, g, r: f(t, d, pr, g, r))
+    report = conformance.run_battery(marked, cases=["block_g2"], trials=2_000, seed=6, false_alarm=1e-6)
+    assert report.passed and "block verification (declared)" in " ".join(report.conventions)
+    with pytest.raises(TypeError, match="accepted_law"):
+        conformance.block_sampler(accepted_law=3)
     with pytest.raises(ValueError, match="accepted_law"):
         conformance.run_battery(plain, accepted_law=lambda t, d, pr, g: [0.5, 0.6], cases=["block_g1"],
                                 trials=10)

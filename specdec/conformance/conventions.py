@@ -153,7 +153,7 @@ def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inp
 
 
 def block_sampler(func: Callable | None = None, *, vectorised: bool = False, proposals: str = AUTO,
-                  accepted_eos: str = AUTO):
+                  accepted_eos: str = AUTO, accepted_law=None):
     """Mark a callable (or a class of callables) as a block-level sampler.
 
     Parameters
@@ -167,6 +167,9 @@ def block_sampler(func: Callable | None = None, *, vectorised: bool = False, pro
     proposals : {"auto", "q", "own"}
     accepted_eos : {"auto", "counted", "not_counted"}
         Accounting conventions (see :class:`SamplerSpec`).
+    accepted_law : str or callable, optional
+        The accepted-count law of the sampler's verification rule (``"block"`` for block
+        verification; see :class:`SamplerSpec`); default token by token.
 
     Returns
     -------
@@ -177,13 +180,23 @@ def block_sampler(func: Callable | None = None, *, vectorised: bool = False, pro
     ------
     ValueError
         If a convention is not one of its choices.
+
+    Examples
+    --------
+    >>> @block_sampler(accepted_law="block")
+    ... def mine(target, draft, prefix, gamma, rng):
+    ...     return [0], 0, gamma
+    >>> describe_sampler(mine).accepted_law
+    'block'
     """
     _check_choice(proposals, "proposals", (AUTO, FROM_Q, OWN))
     _check_choice(accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED))
+    _check_accepted_law(accepted_law)
 
     def mark(f):
         setattr(f, _MARK, SamplerSpec(BLOCK, bool(vectorised), LAWS, _callable_name(f),
-                                      proposals=proposals, accepted_eos=accepted_eos))
+                                      proposals=proposals, accepted_eos=accepted_eos,
+                                      accepted_law=accepted_law))
         return f
 
     return mark(func) if func is not None else mark
@@ -214,6 +227,16 @@ def batch_sampler(func: Callable | None = None):
         return f
 
     return mark(func) if func is not None else mark
+
+
+def _check_accepted_law(law):
+    """``law`` if it is None, a name of :data:`ACCEPTED_LAWS` or a callable; else an error naming it."""
+    if isinstance(law, str):
+        _check_choice(law, "accepted_law", ACCEPTED_LAWS)
+    elif law is not None and not callable(law):
+        raise TypeError(f"accepted_law: must be one of {', '.join(map(repr, ACCEPTED_LAWS))} or a "
+                        f"callable law(target, draft, prefix, gamma) (got {law!r})")
+    return law
 
 
 def _required_positional(f) -> int | None:
@@ -314,11 +337,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
         spec = dataclasses.replace(spec, accepted_eos=_check_choice(
             accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED)))
     if accepted_law is not None:
-        if isinstance(accepted_law, str):
-            _check_choice(accepted_law, "accepted_law", ACCEPTED_LAWS)
-        elif not callable(accepted_law):
-            raise TypeError(f"accepted_law: must be one of {', '.join(map(repr, ACCEPTED_LAWS))} or a "
-                            f"callable law(target, draft, prefix, gamma) (got {accepted_law!r})")
+        _check_accepted_law(accepted_law)
         if spec.kind != BLOCK:
             raise ValueError("accepted_law: applies to block samplers only")
         spec = dataclasses.replace(spec, accepted_law=accepted_law)
