@@ -770,6 +770,58 @@ def test_palette_keeps_right_and_wrong_for_their_meaning():
     assert used == []
 
 
+def _figure_colours(code: str) -> set[str]:
+    """Names (plotting.COLOUR_NAMES) of the colours a figure's code draws with: palette
+    roles, categories by index (all of them when indexed by a variable), hex codes."""
+    from specdec.book import plotting
+
+    names = {k.upper(): v for k, v in plotting.COLOUR_NAMES.items()}
+    found = {names[plotting.PALETTE[r].upper()]
+             for r in re.findall(r"PALETTE\[\s*[\"'](\w+)[\"']\s*\]", code)}
+    found |= {names[plotting.CATEGORIES[int(i)].upper()]
+              for i in re.findall(r"(?:CATEGORIES\[|category_style\()\s*(\d+)\s*[\])]", code)}
+    if re.search(r"(?:CATEGORIES\[|category_style\()\s*[A-Za-z_]", code):
+        found |= {names[c.upper()] for c in plotting.CATEGORIES}
+    found |= {names[h.upper()] for h in re.findall(r"#[0-9A-Fa-f]{6}\b", code)
+              if h.upper() in names}
+    found |= set(re.findall(r"[\"'](black|grey)[\"']", code))
+    return found
+
+
+def _caption_colours(caption: str) -> set[str]:
+    from specdec.book import plotting
+
+    text, said = caption.lower(), set()
+    for name in sorted(set(plotting.COLOUR_NAMES.values()), key=len, reverse=True):
+        if re.search(rf"\b{name}\b", text):   # "sky blue" before "blue"
+            said.add(name)
+            text = re.sub(rf"\b{name}\b", " ", text)
+    return said
+
+
+def test_figure_captions_name_only_colours_the_figure_draws():
+    """A caption that says "vermilion" or "sky blue" describes a colour its figure's code
+    uses (the code cells since the previous figure), so captions follow the palette."""
+    wrong = []
+    for src in sorted((REPO / "notebooks").glob("*.md")):
+        text = src.read_text(encoding="utf-8")
+        cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, re.S)
+        figures = re.findall(r"```\{glue:figure\}\s*(\S+)[^\n]*\n(.*?)```", text, re.S)
+        start = 0
+        for name, caption in figures:
+            owner = next(i for i, c in enumerate(cells)
+                         if re.search(rf"\b(?:glue|note)\(\s*[\"']{name}[\"']", c))
+            drawn = _figure_colours("\n".join(cells[start:owner + 1]))
+            start = owner + 1
+            said = _caption_colours(re.sub(r"shades of \w+", "", caption))
+            if said - drawn:
+                wrong.append(f"{src.name} {name}: caption names {sorted(said - drawn)}, "
+                             f"the figure draws {sorted(drawn)}")
+    assert wrong == []
+    assert _caption_colours("Sky blue bars, blue dots") == {"sky blue", "blue"}
+    assert _figure_colours('color=PALETTE["wrong"]; category_style(k)') >= {"vermilion", "pink"}
+
+
 def test_weight_check_flags_heavy_figures_and_notebooks(tmp_path):
     light = {"cells": [{"cell_type": "code", "outputs": [{"data": {"image/svg+xml": "<svg/>"}}]}]}
     (tmp_path / "light.ipynb").write_text(json.dumps(light))
