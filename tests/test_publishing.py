@@ -205,6 +205,30 @@ def test_browser_typesets_math_offline_without_console_errors(browser_reports):
         assert report.screenshot and report.screenshot[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_overflow_scan_flags_scrolling_code_cut_words_and_wide_tables(tmp_path):
+    """The column check (tools/browser.py) sees code that scrolls, a word longer than a
+    wrapped code line (cut mid-word), and a table wider than the article; wrapped code
+    whose words fit, and a narrow table, pass."""
+    if browser.find_chromium() is None:
+        pytest.skip("Chromium not installed (Debian: apt-get install chromium)")
+    word = "np.float64(0.04445)" * 12
+    (tmp_path / "page.html").write_text(f"""<!doctype html><html><head><style>
+      main article {{ width: 400px; }} pre {{ font: 14px monospace; }}
+      pre.wraps {{ white-space: pre-wrap; overflow-wrap: break-word; }}
+      pre.scrolls {{ overflow-x: auto; }}</style></head><body><main><article>
+      <section id="fine"><pre class="wraps">{"short words wrap at spaces " * 20}</pre>
+        <table><tr><td>narrow</td></tr></table></section>
+      <section id="cut"><pre class="wraps">x = {word}</pre></section>
+      <section id="scroll"><pre class="scrolls">{"y" * 90}</pre></section>
+      <section id="wide"><table style="width: 900px"><tr><td>wide</td></tr></table></section>
+      </article></main></body></html>""", encoding="utf-8")
+    report, = browser.inspect_pages(tmp_path, ["page.html"])
+    found = sorted((o["kind"], o["where"]) for o in report.overflows)
+    assert found == [("code", "#scroll"), ("cut word", "#cut"), ("table", "#wide")], found
+    cut = next(o for o in report.overflows if o["kind"] == "cut word")
+    assert cut["text"] == word[:120] and cut["width"] > cut["box"]
+
+
 # --------------------------------------------------------------------------- chapters and pages
 
 

@@ -55,7 +55,8 @@ new Promise((resolve) => {
 
 
 # What does not fit the text column: code blocks and outputs whose lines are wider than
-# their box (they scroll), tables, figures and formulas wider than the article.
+# their box (they scroll) or that hold a word longer than a line (it is cut mid-word
+# where the line wraps), tables, figures and formulas wider than the article.
 OVERFLOWS = """
 (() => {
   const main = document.querySelector('main article') || document.querySelector('article')
@@ -72,6 +73,23 @@ OVERFLOWS = """
       const longest = (el.innerText || '').split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
       out.push({kind: 'code', where: where(el), width: el.scrollWidth, box: el.clientWidth,
                 text: longest.slice(0, 120)});
+      continue;
+    }
+    // Lines that wrap do so at spaces; a run without spaces longer than the line is cut
+    // mid-word instead (monospace: its width is its length times one character's).
+    const probe = document.createElement('span');
+    probe.textContent = 'x'.repeat(100);
+    probe.style.whiteSpace = 'pre';
+    el.appendChild(probe);
+    const charWidth = probe.getBoundingClientRect().width / 100;
+    probe.remove();
+    const style = getComputedStyle(el);
+    const room = el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const words = (el.innerText || '').split(/\\s+/);
+    const word = words.reduce((a, b) => b.length > a.length ? b : a, '');
+    if (charWidth > 0 && word.length * charWidth > room + 1) {
+      out.push({kind: 'cut word', where: where(el), width: Math.round(word.length * charWidth),
+                box: Math.round(room), text: word.slice(0, 120)});
     }
   }
   for (const el of main.querySelectorAll('table, img, svg, mjx-container[display="true"]')) {
