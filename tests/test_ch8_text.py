@@ -91,11 +91,14 @@ def test_g_against_lines_names_every_point_outside_the_band():
     inside = {"deep target": {1: 1.2, 2: 1.8, 4: 3.0}, "wide target": {1: 1.5, 2: 2.9}}
     assert t.g_against_lines(inside) == "Every measured g lies between the two grey lines."
     s = t.g_against_lines({"deep target": {1: 1.2, 2: 1.8}, "wide target": {1: 2.3, 2: 2.9}})
-    assert s.startswith("The wide target is above g = γ + 1 at γ = 1,")
+    assert s.startswith("The wide target is above g = γ + 1 at γ = 1 (a pass costs more")
     assert "deep target" not in s and "every other measured g lies between" in s
     s = t.g_against_lines({"deep target": {1: 0.9, 2: 0.95, 4: 6.0}})
     assert "below g = 1 at γ = 1 and 2" in s and "above g = γ + 1 at γ = 4" in s
     assert "no measured g lies between" in s
+    s = t.g_against_lines({"deep target": {1: 2.7, 2: 2.9}, "wide target": {1: 2.2, 2: 2.5}})
+    assert s.startswith("The deep and wide targets are above g = γ + 1 at γ = 1 (")
+    assert s.count("above") == 1 and "every other measured g" in s
 
 
 @given(st.dictionaries(st.integers(1, 16), st.floats(0.01, 40), min_size=1, max_size=6))

@@ -200,24 +200,31 @@ def g_against_lines(curves) -> str:
         One sentence for Fig. 8.3's caption naming every curve and draft length whose
         ``g`` lies above ``gamma + 1`` or below 1, or saying that none does.
     """
-    def listed(ks):
-        ks = [str(k) for k in ks]
-        return ks[0] if len(ks) == 1 else ", ".join(ks[:-1]) + " and " + ks[-1]
+    def listed(items):
+        items = [str(x) for x in items]
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
-    parts, outside, total = [], 0, 0
+    groups: dict[tuple, list[str]] = {}
+    outside = total = 0
     for name, g in curves.items():
-        above = [k for k in sorted(g) if g[k] > k + 1]
-        below = [k for k in sorted(g) if g[k] < 1]
+        above = tuple(k for k in sorted(g) if g[k] > k + 1)
+        below = tuple(k for k in sorted(g) if g[k] < 1)
         outside += len(above) + len(below)
         total += len(g)
-        if above:
-            parts.append(f"the {name} is above g = γ + 1 at γ = {listed(above)}, so its pass "
-                         f"costs more than that many of its own single steps")
-        if below:
-            parts.append(f"the {name} is below g = 1 at γ = {listed(below)}, so its pass "
-                         f"costs less than one of its own single steps")
-    if not parts:
+        for side, ks in (("above", above), ("below", below)):
+            if ks:
+                groups.setdefault((side, ks), []).append(name)
+    if not groups:
         return "Every measured g lies between the two grey lines."
+    parts = []
+    for (side, ks), names in groups.items():
+        who = ("the " + listed(names)) if len(names) == 1 else \
+            "the " + listed([n.removesuffix(" target") for n in names]) + " targets"
+        verb = "is" if len(names) == 1 else "are"
+        line, cost = (("g = γ + 1", "more than γ + 1 single steps") if side == "above"
+                      else ("g = 1", "less than one single step"))
+        parts.append(f"{who} {verb} {side} {line} at γ = {listed(ks)} (a pass costs {cost} "
+                     f"of the same target)")
     rest = ("; every other measured g lies between the two grey lines" if outside < total
             else "; no measured g lies between the two grey lines")
     text = "; ".join(parts) + rest + "."
