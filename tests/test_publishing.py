@@ -370,6 +370,20 @@ def test_pdf_numbering_matches_html(html_dir, pdf_text):
     assert "Section 2.1" in " ".join(lines)  # {numref} in citing.md resolves the same way
 
 
+def test_pdf_wraps_code_lines_at_spaces_only(pdf_text):
+    """A code line (and its output) wider than the column wraps at a space (Sphinx marks
+    the break with a visible space and the continuation with an arrow), never inside a
+    name, a URL or after a bracket (_config.yml's LaTeX preamble)."""
+    lines = [ln.rstrip() for ln in pdf_text.splitlines() if ln.strip()]
+    breaks = [(a, b) for a, b in zip(lines, lines[1:]) if b.lstrip().startswith("↪")]
+    assert len(breaks) >= 2, "the fixture's long code line and its output did not wrap"
+    assert [f"{a} | {b}" for a, b in breaks if not a.endswith("␣")] == []
+    flat = norm(pdf_text)
+    for whole in ("first_generation_length", "second_generation_length", "n_generations",
+                  "http://127.0.0.1:8000/v1/completions"):
+        assert flat.count(whole) >= 2, whole  # in the code and in its output, unbroken
+
+
 def test_pdf_has_equation_figure_and_table_numbers(pdf_text):
     text = " ".join(pdf_text.split())
     assert "(1.1)" in text and "Fig. 1.1" in text and "Table 1.1" in text

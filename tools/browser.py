@@ -84,10 +84,13 @@ OVERFLOWS = """
     const charWidth = probe.getBoundingClientRect().width / 100;
     probe.remove();
     const style = getComputedStyle(el);
-    const room = el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const indent = Math.max(0, parseFloat(style.textIndent) || 0);  // wrapped parts' indent
+    const room = el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)
+      - indent;
     const words = (el.innerText || '').split(/\\s+/);
     const word = words.reduce((a, b) => b.length > a.length ? b : a, '');
-    if (charWidth > 0 && word.length * charWidth > room + 1) {
+    // (a box that wraps anywhere on purpose, such as a BibTeX entry's URL, is exempt)
+    if (charWidth > 0 && word.length * charWidth > room + 1 && style.overflowWrap !== 'anywhere') {
       out.push({kind: 'cut word', where: where(el), width: Math.round(word.length * charWidth),
                 box: Math.round(room), text: word.slice(0, 120)});
     }
