@@ -118,6 +118,7 @@ def book(tmp_path_factory) -> Path:
     shutil.copytree(FIXTURE / "notebooks", root / "notebooks")
     shutil.copy(FIXTURE / "intro.md", root / "book" / "intro.md")
     shutil.copy(FIXTURE / "toc.yml", root / "_toc.yml")
+    shutil.copy(FIXTURE / "appendix.md", root / "book" / "appendix-demo.md")
     shutil.copy(REPO / "_config.yml", root / "_config.yml")
     for page in ("references.bib", "bibliography.md", "citing.md", "changelog.md", "favicon.svg"):
         shutil.copy(REPO / "book" / page, root / "book" / page)
@@ -368,20 +369,34 @@ def test_pdf_numbering_matches_html(html_dir, pdf_text):
     assert any(re.match(r"^Chapter 1\. A demonstration chapter", ln) or
                ln.endswith("Chapter 1. A demonstration chapter") for ln in lines)
     assert "Section 2.1" in " ".join(lines)  # {numref} in citing.md resolves the same way
+    # tables and figures of the unnumbered part carry the HTML's numbers in the PDF too
+    # ("Table 1", not "Table 2.1" as if they belonged to the last chapter)
+    captions = []
+    for page in ("book/appendix-demo.html", "book/labels.html", "book/citing.html"):
+        for number in parse_html(html_dir / page).soup.select("main .caption-number"):
+            captions.append(" ".join(number.get_text().split()).rstrip("."))
+    assert captions, "no numbered table in the fixture's appendix pages"
+    joined = " ".join(lines)
+    assert [c for c in captions if f"{c}:" not in joined] == [], captions
 
 
-def test_pdf_wraps_code_lines_at_spaces_only(pdf_text):
-    """A code line (and its output) wider than the column wraps at a space (Sphinx marks
+def test_pdf_wraps_code_lines_at_spaces_only(book, pdf_text):
+    """A code line wider than the column wraps at a space (Sphinx marks
     the break with a visible space and the continuation with an arrow), never inside a
     name, a URL or after a bracket (_config.yml's LaTeX preamble)."""
     lines = [ln.rstrip() for ln in pdf_text.splitlines() if ln.strip()]
     breaks = [(a, b) for a, b in zip(lines, lines[1:]) if b.lstrip().startswith("↪")]
-    assert len(breaks) >= 2, "the fixture's long code line and its output did not wrap"
+    assert breaks, "the fixture's long code line did not wrap"
     assert [f"{a} | {b}" for a, b in breaks if not a.endswith("␣")] == []
     flat = norm(pdf_text)
     for whole in ("first_generation_length", "second_generation_length", "n_generations",
                   "http://127.0.0.1:8000/v1/completions"):
         assert flat.count(whole) >= 2, whole  # in the code and in its output, unbroken
+    # Inline code in the prose breaks after an underscore or a hyphen rather than run
+    # into the margin: no overfull line is set in the code font.
+    log = (book / "_build" / "latex" / "specdec-book.log").read_text(errors="replace")
+    overfull = re.findall(r"Overfull \\hbox[^\n]*\n([^\n]*)", log)
+    assert [ln for ln in overfull if "FreeMono" in ln] == []
 
 
 def test_pdf_has_equation_figure_and_table_numbers(pdf_text):

@@ -86,7 +86,7 @@ def render_page(rows: list[dict], chapters_rel: str = "chapters") -> str:
         "",
         "```{list-table}",
         ":header-rows: 1",
-        ":widths: 34 18 9 9 8 10 12",
+        ":widths: 30 16 8 8 7 10 21",  # the commit column holds 18 code characters (PDF)
         "",
         "* - Chapter",
         "  - Executed (UTC)",
