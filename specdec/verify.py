@@ -93,9 +93,9 @@ def cdf(laws) -> np.ndarray:
     [0.5, 1.0, 1.0]
     """
     laws = np.asarray(laws, dtype=np.float64)
-    c = np.cumsum(laws, axis=-1)
+    c = laws.cumsum(axis=-1)
     if laws.ndim == 1:                                   # one law: the common scalar case
-        c[np.flatnonzero(laws > 0)[-1]:] = 1.0
+        c[(laws > 0).nonzero()[0][-1]:] = 1.0
         return c
     v = laws.shape[-1]
     last = v - 1 - np.argmax(laws[..., ::-1] > 0, axis=-1)
@@ -132,8 +132,8 @@ def draw(laws, u):
     """
     c = cdf(laws)
     if c.ndim == 1:
-        y = np.searchsorted(c, u, side="right")
-        return int(y) if np.ndim(u) == 0 else y.astype(np.int64)
+        y = c.searchsorted(u, side="right")
+        return int(y) if y.ndim == 0 else y.astype(np.int64)
     return (c <= np.asarray(u)[..., None]).sum(axis=-1)
 
 
@@ -221,16 +221,36 @@ def _check_shapes(p, q, proposals, n_proposed):
                          f"or ({n}, {gamma}, {v}) without (the row axis absent when shared; "
                          f"got {p.shape})")
     if n_proposed is None:                            # every row proposes gamma tokens
-        k, live = np.full(rows, gamma, dtype=np.int64), np.ones((rows, gamma), dtype=bool)
+        k = np.full(rows, gamma, dtype=np.int64)
     else:
         k = np.asarray(n_proposed)
         if k.shape != (rows,) or k.dtype.kind not in "iu" or (k < 0).any() or (k > gamma).any():
             raise ValueError(f"n_proposed: must be {rows} integers in [0, {gamma}] (got {k!r})")
-        live = np.arange(gamma) < k[:, None]
-        props = np.where(live, props, 0)
+        props = np.where(np.arange(gamma) < k[:, None], props, 0)
     if props.size and (props.min() < 0 or props.max() >= v):
         raise ValueError(f"proposals: token ids must lie in [0, {v}) for the proposed positions")
-    return p, q, props.astype(np.int64, copy=False), k.astype(np.int64, copy=False), live
+    return p, q, props.astype(np.int64, copy=False), k.astype(np.int64, copy=False)
+
+
+def _verify_row(p, q, props, k, u_accept, u_final, rng) -> Verified:
+    """:func:`verify` of one row (``p`` (gamma [+ 1], V), ``q`` (gamma, V)), on Python scalars.
+
+    The same steps, tests and draws as the rows path, one position at a time: for one row,
+    numpy's cost per call would outweigh the arithmetic many times over.
+    """
+    gamma = len(props)
+    n = 0                                              # 1. accepted prefix
+    while n < k and speculative_accept(float(p[n, props[n]]), float(q[n, props[n]]), u_accept[n]):
+        n += 1
+    corrected = n < k
+    bonus = not corrected and p.shape[0] == gamma + 1
+    tokens = props[:n] + [-1] * (gamma + 1 - n)
+    if corrected or bonus:                             # 2. residual, or 3. bonus
+        u = rng.random() if u_final is None else float(u_final[0])
+        tokens[n] = draw(residual_laws(p[n], q[n]) if corrected else p[n], u)
+    return Verified(tokens=np.array([tokens], dtype=np.int64), n_accepted=np.array([n], dtype=np.int64),
+                    n_emitted=np.array([n + (corrected or bonus)], dtype=np.int64),
+                    corrected=np.array([corrected]), bonus=np.array([bonus]))
 
 
 def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final=None) -> Verified:
@@ -287,29 +307,32 @@ def verify(p, q, proposals, n_proposed=None, rng=None, *, u_accept=None, u_final
     >>> verify(p, q, [[1]], u_accept=[[0.5]], u_final=[0.3]).tokens.tolist()  # accepted, bonus
     [[1, 2]]
     """
-    p, q, props, k, live = _check_shapes(p, q, proposals, n_proposed)
+    p, q, props, k = _check_shapes(p, q, proposals, n_proposed)
     rows, gamma = props.shape
     if (u_accept is None or u_final is None) and rng is None:
         raise ValueError("rng: needed to draw the uniforms not given (u_accept, u_final)")
+    if rng is not None:
+        rng = check_rng(rng)                           # a seed: one Generator for both draws
     if u_accept is None:
-        u_accept = check_rng(rng).random((rows, gamma))
+        u_accept = rng.random((rows, gamma))
     u_accept = np.asarray(u_accept, dtype=np.float64)
     if u_accept.shape != (rows, gamma):
         raise ValueError(f"u_accept: must have shape ({rows}, {gamma}) (got {u_accept.shape})")
+    if u_final is not None:
+        u_final = np.asarray(u_final, dtype=np.float64)
+        if u_final.shape != (rows,):
+            raise ValueError(f"u_final: must have shape ({rows},) (got {u_final.shape})")
+    if rows == 1:                                      # one row: the scalar samplers' call
+        return _verify_row(p[0], q[0], props[0].tolist(), int(k[0]), u_accept[0].tolist(),
+                           u_final, rng)
     # 1. accept tests; the accepted prefix ends at the first failure
     at = (np.arange(rows)[:, None] if p.shape[0] > 1 else 0), np.arange(gamma)[None, :]
-    ok = speculative_accept(p[at + (props,)], q[at + (props,)], u_accept) & live
+    ok = speculative_accept(p[at + (props,)], q[at + (props,)], u_accept) & (at[1] < k[:, None])
     n_acc = np.logical_and.accumulate(ok, axis=1).sum(axis=1, dtype=np.int64)
     corrected = n_acc < k
     bonus = ~corrected & (p.shape[1] == gamma + 1)
     final = np.flatnonzero(corrected | bonus)
-    if u_final is None:
-        u = check_rng(rng).random(final.size)
-    else:
-        u_final = np.asarray(u_final, dtype=np.float64)
-        if u_final.shape != (rows,):
-            raise ValueError(f"u_final: must have shape ({rows},) (got {u_final.shape})")
-        u = u_final[final]
+    u = rng.random(final.size) if u_final is None else u_final[final]
     # 2. residual at the first rejection, 3. bonus from the position after the last proposal
     pos, rej = n_acc[final], corrected[final]
     tokens = np.full((rows, gamma + 1), -1, dtype=np.int64)
