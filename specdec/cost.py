@@ -28,9 +28,10 @@ one ``expected_tokens``, ``speedup``, ``best_gamma``, ``lengthening_pays`` for b
 Used in Chapters 6, 7 and 8.
 
 All functions broadcast over numpy arrays (``alpha``, ``gamma``, ``c``), return a Python
-``float`` for scalar input and raise :class:`specdec.laws.LawError` (a ``ValueError``) on
-invalid input: ``alpha`` outside [0, 1], ``c < 0``, ``gamma < 1`` or non-integer, a
-non-positive verification cost, NaN or infinity anywhere.
+``float`` for scalar input and raise a ``ValueError`` naming the argument on invalid
+input (none of these is a law, so never :class:`specdec.laws.LawError`): ``alpha``
+outside [0, 1], ``c < 0``, ``gamma < 1`` or non-integer, a non-positive verification
+cost, NaN or infinity anywhere; a ``TypeError`` for a value that is not a number.
 
 References
 ----------
@@ -49,7 +50,7 @@ from typing import Callable
 
 import numpy as np
 
-from .laws import LawError, check_int
+from .laws import check_int
 from .workloads import Workload
 
 __all__ = [
@@ -83,14 +84,14 @@ def _real(x, name: str, *, lo: float | None = None, hi: float | None = None, rul
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
-        raise LawError(f"{name}: must be a real number or array of them (got {x!r})") from None
+        raise TypeError(f"{name}: must be a real number or array of them (got {x!r})") from None
     if arr.size == 0:
-        raise LawError(f"{name}: must not be empty")
+        raise ValueError(f"{name}: must not be empty")
     if not np.isfinite(arr).all():
-        raise LawError(f"{name}: must be finite (got {arr[~np.isfinite(arr)].flat[0]})")
+        raise ValueError(f"{name}: must be finite (got {arr[~np.isfinite(arr)].flat[0]})")
     if (lo is not None and (arr < lo).any()) or (hi is not None and (arr > hi).any()):
         bad = arr[(arr < (lo if lo is not None else -np.inf)) | (arr > (hi if hi is not None else np.inf))].flat[0]
-        raise LawError(f"{name}: must be {rule} (got {bad:g})")
+        raise ValueError(f"{name}: must be {rule} (got {bad:g})")
     return arr
 
 
@@ -109,14 +110,14 @@ def _overhead(overhead) -> np.ndarray:
 def _gamma(gamma, name: str = "gamma") -> np.ndarray:
     arr = np.asarray(gamma)
     if arr.size == 0:
-        raise LawError(f"{name}: must not be empty")
+        raise ValueError(f"{name}: must not be empty")
     if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise LawError(f"{name}: must be an integer >= 1 (got {gamma!r})")
+        raise TypeError(f"{name}: must be an integer >= 1 (got {gamma!r})")
     if np.issubdtype(arr.dtype, np.floating):
         if not np.isfinite(arr).all() or (arr != np.round(arr)).any():
-            raise LawError(f"{name}: must be an integer >= 1 (got {gamma!r})")
+            raise ValueError(f"{name}: must be an integer >= 1 (got {gamma!r})")
     if (arr < 1).any():
-        raise LawError(f"{name}: must be an integer >= 1 (got {arr[arr < 1].flat[0]:g})")
+        raise ValueError(f"{name}: must be an integer >= 1 (got {arr[arr < 1].flat[0]:g})")
     return arr.astype(np.int64)
 
 
@@ -164,7 +165,7 @@ def expected_tokens(acceptance, gamma):
 
     Raises
     ------
-    LawError
+    ValueError
         ``alpha`` outside [0, 1] or not finite; ``gamma`` not an integer >= 1.
 
     References
@@ -193,9 +194,9 @@ def expected_tokens(acceptance, gamma):
 def _joint(joint, *, name: str = "joint") -> np.ndarray:
     arr = _real(joint, name, lo=0.0, hi=1.0, rule="probabilities in [0, 1]")
     if arr.ndim < 1 or arr.shape[-1] < 1:
-        raise LawError(f"{name}: must have shape (..., gamma) with gamma >= 1 (got shape {arr.shape})")
+        raise ValueError(f"{name}: must have shape (..., gamma) with gamma >= 1 (got shape {arr.shape})")
     if (np.diff(arr, axis=-1) > 1e-12).any():
-        raise LawError(
+        raise ValueError(
             f"{name}: P(first i accepted) must be non-increasing in i (accepting the first i + 1 "
             "requires accepting the first i)"
         )
@@ -223,7 +224,7 @@ def expected_tokens_joint(joint):
 
     Raises
     ------
-    LawError
+    ValueError
         Empty, out of [0, 1], not finite, or increasing entries.
 
     References
@@ -257,7 +258,7 @@ def verification_cost(gamma, g: GammaCost = None):
 
     Raises
     ------
-    LawError
+    ValueError
         Invalid ``gamma``, or a cost that is not finite and > 0.
 
     Examples
@@ -274,13 +275,13 @@ def verification_cost(gamma, g: GammaCost = None):
             try:
                 v = float(g(int(k)))
             except (TypeError, ValueError) as exc:
-                raise LawError(f"g: must return a real number for gamma = {k} ({exc})") from None
+                raise ValueError(f"g: must return a real number for gamma = {k} ({exc})") from None
             vals[k] = v
         out = np.vectorize(vals.__getitem__, otypes=[float])(gam) if gam.ndim else np.asarray(vals[int(gam)])
     else:
         out = np.broadcast_to(_real(g, "g"), gam.shape).astype(float)
     if not np.isfinite(out).all() or (out <= 0).any():
-        raise LawError(f"g: verification cost must be finite and > 0 target steps (got {np.asarray(out).flat[0]:g})")
+        raise ValueError(f"g: verification cost must be finite and > 0 target steps (got {np.asarray(out).flat[0]:g})")
     return _out(out)
 
 
@@ -289,7 +290,7 @@ def cycle_cost(gamma, c, *, g: GammaCost = None, overhead=0.0):
 
     Raises
     ------
-    LawError
+    ValueError
         Invalid ``gamma``, ``c < 0``, ``overhead < 0``, invalid ``g``.
 
     Examples
@@ -330,7 +331,7 @@ def speedup(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0):
 
     Raises
     ------
-    LawError
+    ValueError
         ``alpha`` outside [0, 1], ``c < 0``, ``gamma < 1``, ``overhead < 0``, ``g <= 0``,
         or non-finite input.
 
@@ -409,7 +410,7 @@ class Sweep:
 def _grid(x, name, check) -> np.ndarray:
     arr = check(np.atleast_1d(np.asarray(x)), name)
     if arr.ndim != 1:
-        raise LawError(f"{name}: must be a 1-D grid (got shape {arr.shape})")
+        raise ValueError(f"{name}: must be a 1-D grid (got shape {arr.shape})")
     return arr
 
 
@@ -499,13 +500,13 @@ def _check_convex_cost(gamma: int, c, g, overhead) -> None:
     step = np.diff(d)
     tol = 1e-12 * max(1.0, float(d.max()))
     if step[0] < -tol or step[1] < step[0] - tol:
-        raise LawError(f"g: the grid-free search needs a verification cost that is non-decreasing and "
+        raise ValueError(f"g: the grid-free search needs a verification cost that is non-decreasing and "
                        f"convex in gamma; it is not at gamma = {gamma} (pass a grid of gammas)")
 
 
 def _search(acceptance, c, g, overhead, gamma_max: int) -> BestGamma:
     if isinstance(acceptance, Workload) and not acceptance.concave:
-        raise LawError(f"gammas: the speedup of {acceptance.name!r} (regime carried across cycles) is not "
+        raise ValueError(f"gammas: the speedup of {acceptance.name!r} (regime carried across cycles) is not "
                        "known to be unimodal in gamma; pass a grid of gammas")
 
     def pays(k: int) -> bool:
@@ -581,7 +582,7 @@ def best_gamma(acceptance, c: float, gammas=ARTICLE_GAMMAS, *, g: GammaCost = No
 
     Raises
     ------
-    LawError
+    ValueError
         Invalid inputs; a grid-free search on a workload whose speedup is not known to be
         unimodal, or with a verification cost that is not non-decreasing and convex.
 
@@ -596,7 +597,7 @@ def best_gamma(acceptance, c: float, gammas=ARTICLE_GAMMAS, *, g: GammaCost = No
     ('last', 113)
     """
     if np.ndim(acceptance) or np.ndim(c):
-        raise LawError("alpha, c: best_gamma takes scalars (use sweep for grids)")
+        raise ValueError("alpha, c: best_gamma takes scalars (use sweep for grids)")
     if not isinstance(acceptance, Workload):
         acceptance = float(_alpha(acceptance))
     _c(c)

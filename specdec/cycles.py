@@ -119,8 +119,10 @@ def tempered(model: ToyModel, temperature: float, *, name: str | None = None) ->
 
     Raises
     ------
-    LawError
-        If ``model`` has no table or ``temperature`` is not a finite positive number.
+    TypeError
+        If ``model`` is not a table :class:`~specdec.models.ToyModel`.
+    ValueError
+        If ``temperature`` is not a finite positive number.
 
     Examples
     --------
@@ -130,10 +132,10 @@ def tempered(model: ToyModel, temperature: float, *, name: str | None = None) ->
     [0.9412, 0.0588]
     """
     if not isinstance(model, ToyModel) or model.table is None:
-        raise LawError("model: must be a table ToyModel")
+        raise TypeError("model: must be a table ToyModel")
     t = float(temperature)
     if not (np.isfinite(t) and t > 0):
-        raise LawError(f"temperature: must be finite and > 0 (got {temperature!r})")
+        raise ValueError(f"temperature: must be finite and > 0 (got {temperature!r})")
     with np.errstate(divide="ignore"):
         logits = np.log(model.table) / t
     logits -= logits.max(axis=-1, keepdims=True)
@@ -197,8 +199,8 @@ def model_oracle(target: ToyModel, draft: ToyModel) -> LawOracle:
 
     Raises
     ------
-    LawError
-        If the models do not share vocabulary and EOS id.
+    TypeError, ValueError
+        If the models are not ToyModels or do not share vocabulary and EOS id.
     """
     check_models(target, draft)
     return LawOracle(lambda c: target.next_law(c).tolist(), lambda c: draft.next_law(c).tolist(),
@@ -495,7 +497,7 @@ def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greed
     rng = check_rng(rng)
     seq = np.array([[int(t) for t in c] for c in contexts], dtype=np.int64)
     if seq.ndim != 2 or seq.shape[0] == 0 or seq.shape[1] == 0:
-        raise LawError("contexts: must be a non-empty list of non-empty contexts of one length")
+        raise ValueError("contexts: must be a non-empty list of non-empty contexts of one length")
     n, c0 = seq.shape
     qs = []
     for _ in range(gamma):                       # one batched draft pass per position

@@ -40,10 +40,13 @@ ATOL = 1e-9
 
 
 class LawError(ValueError):
-    """A probability vector (or a parameter of one) breaks a rule.
+    """A probability vector (or the logits that define one) breaks a rule.
 
     Subclass of :class:`ValueError`; the message always starts with the name of the
-    offending argument, e.g. ``"q: probabilities must sum to 1 (sum = 0.9)"``.
+    offending argument, e.g. ``"q: probabilities must sum to 1 (sum = 0.9)"``. Arguments
+    that are not laws (gamma, trials, seeds, temperature, top-k, top-p, method names...)
+    raise a plain :class:`ValueError` or :class:`TypeError` naming the argument instead
+    (:func:`check_int`).
     """
 
 
@@ -167,7 +170,11 @@ def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None 
 
     Raises
     ------
-    LawError
+    TypeError
+        ``value`` is not a real number (a string, None, a boolean):
+        ``"gamma: must be an integer >= 1 (got '4')"``.
+    ValueError
+        ``value`` is not integral or is out of bounds:
         ``"gamma: must be an integer >= 1 (got 0)"`` and similar.
 
     Examples
@@ -177,7 +184,7 @@ def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None 
     >>> check_int(0, "gamma")
     Traceback (most recent call last):
     ...
-    specdec.laws.LawError: gamma: must be an integer >= 1 (got 0)
+    ValueError: gamma: must be an integer >= 1 (got 0)
     """
     if minimum is not None and maximum is not None:
         rule = f"an integer in [{minimum}, {maximum}]"
@@ -187,16 +194,13 @@ def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None 
         rule = f"an integer <= {maximum}"
     else:
         rule = "an integer"
-    if isinstance(value, (bool, np.bool_)):
-        raise LawError(f"{name}: must be {rule} (got {value!r})")
-    if isinstance(value, numbers.Integral):
-        out = int(value)
-    elif isinstance(value, numbers.Real) and np.isfinite(value) and float(value).is_integer():
-        out = int(value)
-    else:
-        raise LawError(f"{name}: must be {rule} (got {value!r})")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: must be {rule} (got {value!r})")
+    if not isinstance(value, numbers.Integral) and not (np.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"{name}: must be {rule} (got {value!r})")
+    out = int(value)
     if (minimum is not None and out < minimum) or (maximum is not None and out > maximum):
-        raise LawError(f"{name}: must be {rule} (got {out})")
+        raise ValueError(f"{name}: must be {rule} (got {out})")
     return out
 
 
@@ -247,11 +251,11 @@ def _check_logits(logits, name: str = "logits") -> np.ndarray:
 def _check_temperature(temperature, *, allow_zero: bool) -> float:
     try:
         t = float(temperature)
-    except (TypeError, ValueError):
-        raise LawError(f"temperature: must be a real number (got {temperature!r})") from None
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"temperature: must be a real number (got {temperature!r})") from None
     if not np.isfinite(t) or t < 0 or (t == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise LawError(f"temperature: must be finite and {bound} (got {temperature!r})")
+        raise ValueError(f"temperature: must be finite and {bound} (got {temperature!r})")
     return t
 
 
@@ -274,8 +278,9 @@ def softmax(logits, temperature: float = 1.0) -> np.ndarray:
     Raises
     ------
     LawError
-        If ``logits`` contains NaN or ``+inf``, is all ``-inf``, is not 1-D or empty, or if
-        ``temperature`` is not finite and > 0.
+        If ``logits`` contains NaN or ``+inf``, is all ``-inf``, is not 1-D or empty.
+    ValueError
+        If ``temperature`` is not finite and > 0 (:class:`TypeError` if not a number).
 
     Examples
     --------
@@ -340,9 +345,11 @@ def sampling_law(logits, *, temperature: float = 1.0, top_k: int | None = None,
     Raises
     ------
     LawError
-        Invalid logits, temperature < 0, ``top_k`` outside ``[1, V]``, ``top_p`` outside
-        ``(0, 1]``, a mask of the wrong shape, or a mask that removes every token with
-        finite logit.
+        Invalid logits, or a mask that removes every token with a finite logit.
+    ValueError
+        Temperature < 0, ``top_k`` outside ``[1, V]``, ``top_p`` outside ``(0, 1]``, a
+        mask of the wrong shape (:class:`TypeError` for a value that is not a number, a
+        mask that is not boolean).
 
     References
     ----------
@@ -365,9 +372,9 @@ def sampling_law(logits, *, temperature: float = 1.0, top_k: int | None = None,
     if mask is not None:
         m = np.asarray(mask)
         if m.shape != (v,):
-            raise LawError(f"mask: must have shape ({v},) like logits (got {m.shape})")
+            raise ValueError(f"mask: must have shape ({v},) like logits (got {m.shape})")
         if m.dtype != np.bool_:
-            raise LawError(f"mask: must be boolean, True = allowed (got dtype {m.dtype})")
+            raise TypeError(f"mask: must be boolean, True = allowed (got dtype {m.dtype})")
         z = np.where(m, z, -np.inf)
         if not np.isfinite(z).any():
             raise LawError("mask: removes every token with a finite logit (nothing left to sample)")
@@ -376,10 +383,10 @@ def sampling_law(logits, *, temperature: float = 1.0, top_k: int | None = None,
     if top_p is not None:
         try:
             tp = float(top_p)
-        except (TypeError, ValueError):
-            raise LawError(f"top_p: must be a real number in (0, 1] (got {top_p!r})") from None
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"top_p: must be a real number in (0, 1] (got {top_p!r})") from None
         if not (0.0 < tp <= 1.0):
-            raise LawError(f"top_p: must be in (0, 1] (got {top_p!r})")
+            raise ValueError(f"top_p: must be in (0, 1] (got {top_p!r})")
         top_p = tp
 
     if t == 0.0:

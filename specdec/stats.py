@@ -102,10 +102,12 @@ def _check_counts(counts, law, *, law_name: str = "law") -> tuple[np.ndarray, np
 def _check_level(value, name: str) -> float:
     try:
         x = float(value)
-    except (TypeError, ValueError):
-        raise LawError(f"{name}: must be a probability in (0, 1) (got {value!r})") from None
+    except TypeError:
+        raise TypeError(f"{name}: must be a probability in (0, 1) (got {value!r})") from None
+    except ValueError:
+        raise ValueError(f"{name}: must be a probability in (0, 1) (got {value!r})") from None
     if not (0.0 < x < 1.0):
-        raise LawError(f"{name}: must be a probability in (0, 1) (got {value!r})")
+        raise ValueError(f"{name}: must be a probability in (0, 1) (got {value!r})")
     return x
 
 
@@ -127,8 +129,9 @@ def standard_error(prob, n):
 
     Raises
     ------
-    LawError
-        ``prob`` outside [0, 1] or not finite; ``n`` not an integer ``>= 1``.
+    ValueError
+        ``prob`` outside [0, 1] or not finite; ``n`` not an integer ``>= 1`` (a
+        :class:`TypeError` if it is not a number).
 
     Examples
     --------
@@ -138,7 +141,7 @@ def standard_error(prob, n):
     n = check_int(n, "n", minimum=1)
     pr = np.asarray(prob, dtype=np.float64)
     if not np.all(np.isfinite(pr)) or (pr < 0).any() or (pr > 1).any():
-        raise LawError("prob: must be probabilities in [0, 1]")
+        raise ValueError("prob: must be probabilities in [0, 1]")
     se = np.sqrt(pr * (1.0 - pr) / n)
     return float(se) if se.ndim == 0 else se
 
@@ -240,7 +243,9 @@ def gof_test(counts, law, *, statistic: str = "pearson") -> GofResult:
     Raises
     ------
     LawError
-        Invalid counts or law, mismatched sizes, unknown statistic.
+        Invalid counts or law, mismatched sizes.
+    ValueError
+        Unknown statistic.
 
     References
     ----------
@@ -254,7 +259,7 @@ def gof_test(counts, law, *, statistic: str = "pearson") -> GofResult:
     (2, 0.151)
     """
     if statistic not in _LAMBDA:
-        raise LawError(f"statistic: must be 'pearson' or 'g' (got {statistic!r})")
+        raise ValueError(f"statistic: must be 'pearson' or 'g' (got {statistic!r})")
     c, lw = _check_counts(counts, law)
     n = int(c.sum())
     name = "Pearson X^2" if statistic == "pearson" else "G (likelihood ratio)"
@@ -357,7 +362,7 @@ def detection_threshold(false_alarm: float, cells: int) -> float:
 
     Raises
     ------
-    LawError
+    ValueError
         ``false_alarm`` not in (0, 1) or ``cells < 2``.
 
     Examples
@@ -452,7 +457,9 @@ def assert_law(counts, law, *, false_alarm: float = 1e-9) -> float:
         When the counts are inconsistent with ``law``; the message gives the statistic,
         the threshold, the p-value and the token with the largest ``|z|``.
     LawError
-        Invalid counts, law or ``false_alarm``.
+        Invalid counts or law.
+    ValueError
+        ``false_alarm`` not in (0, 1).
 
     References
     ----------
@@ -564,9 +571,11 @@ def trials_to_detect(tv: float | None, *, false_alarm: float = 1e-9, power: floa
     Raises
     ------
     LawError
-        Invalid probabilities or laws, ``tv`` not in (0, 1], ``tv`` inconsistent with
-        ``alternative``, ``alternative`` without ``law``, unknown method, or a
-        ``tv`` that no law at this ``law`` can realise.
+        Invalid laws, ``alternative`` without ``law``.
+    ValueError
+        ``false_alarm`` or ``power`` not in (0, 1), ``tv`` not in (0, 1], ``tv``
+        inconsistent with ``alternative``, unknown method, or a ``tv`` that no law at
+        this ``law`` can realise.
 
     Examples
     --------
@@ -578,7 +587,7 @@ def trials_to_detect(tv: float | None, *, false_alarm: float = 1e-9, power: floa
     alpha = _check_level(false_alarm, "false_alarm")
     beta = _check_level(power, "power")
     if method not in ("bound", "asymptotic"):
-        raise LawError(f"method: must be 'bound' or 'asymptotic' (got {method!r})")
+        raise ValueError(f"method: must be 'bound' or 'asymptotic' (got {method!r})")
     lw = None if law is None else check_law(law, "law")
     if alternative is not None:
         if lw is None:
@@ -588,7 +597,7 @@ def trials_to_detect(tv: float | None, *, false_alarm: float = 1e-9, power: floa
             raise LawError(f"alternative: vocabulary size {alt.size} does not match law ({lw.size})")
         dist = 0.5 * float(np.abs(alt - lw).sum())
         if tv is not None and abs(float(tv) - dist) > 1e-9:
-            raise LawError(f"tv: {tv!r} does not match TV(law, alternative) = {dist:.12g}")
+            raise ValueError(f"tv: {tv!r} does not match TV(law, alternative) = {dist:.12g}")
         tv = dist
         outside = float(alt[lw == 0].sum())
         if outside > 0:
@@ -598,20 +607,20 @@ def trials_to_detect(tv: float | None, *, false_alarm: float = 1e-9, power: floa
             kl = float(np.sum(alt[pos] * np.log(alt[pos] / lw[pos])))
     else:
         if tv is None:
-            raise LawError("tv: required unless alternative is given")
+            raise ValueError("tv: required unless alternative is given")
         try:
             tv = float(tv)
-        except (TypeError, ValueError):
-            raise LawError(f"tv: must be a number in (0, 1] (got {tv!r})") from None
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"tv: must be a number in (0, 1] (got {tv!r})") from None
         if not (0.0 < tv <= 1.0):
-            raise LawError(f"tv: must be in (0, 1] (got {tv!r})")
+            raise ValueError(f"tv: must be in (0, 1] (got {tv!r})")
         if lw is not None and (lw > 0).sum() < 2:
             raise LawError("law: needs at least two tokens of positive probability to test")
         kl = _worst_case_kl(tv, lw)
     if not (tv > 0) or kl <= 0:
-        raise LawError("tv: must be > 0 (a sampler with no bias cannot be detected)")
+        raise ValueError("tv: must be > 0 (a sampler with no bias cannot be detected)")
     if not math.isfinite(kl):
-        raise LawError(f"tv: {tv} cannot be realised by a law on the support of law")
+        raise ValueError(f"tv: {tv} cannot be realised by a law on the support of law")
     k = 2 if lw is None else int((lw > 0).sum())
     if k < 2:
         raise LawError("law: needs at least two tokens of positive probability to test")
@@ -695,7 +704,11 @@ def tv_ci(counts, law, confidence: float = 0.95, *, method: str = "bound",
     Raises
     ------
     LawError
-        Invalid inputs, unknown method, bootstrap without ``rng``.
+        Invalid counts or law.
+    ValueError
+        Unknown method, ``confidence`` not in (0, 1), ``resamples < 100``.
+    TypeError
+        Bootstrap without a Generator ``rng``.
 
     References
     ----------
@@ -721,13 +734,13 @@ def tv_ci(counts, law, confidence: float = 0.95, *, method: str = "bound",
         return TvInterval(est, max(0.0, est - eps / 2), min(1.0, est + eps / 2), conf, method)
     if method == "bootstrap":
         if not isinstance(rng, np.random.Generator):
-            raise LawError("rng: bootstrap needs a numpy.random.Generator")
+            raise TypeError("rng: bootstrap needs a numpy.random.Generator")
         b = check_int(resamples, "resamples", minimum=100)
         draws = rng.multinomial(n, f, size=b) / n
         tvs = 0.5 * np.abs(draws - lw).sum(axis=1)
         lo, hi = np.quantile(tvs, [(1 - conf) / 2, (1 + conf) / 2])
         return TvInterval(est, float(lo), float(hi), conf, method)
-    raise LawError(f"method: must be 'bound' or 'bootstrap' (got {method!r})")
+    raise ValueError(f"method: must be 'bound' or 'bootstrap' (got {method!r})")
 
 
 @dataclass(frozen=True)
@@ -834,7 +847,7 @@ def frequency_band(prob, n: int, *, false_alarm: float = 1e-9) -> tuple[np.ndarr
 
     Raises
     ------
-    LawError
+    ValueError
         Invalid probabilities, ``n`` or ``false_alarm``.
 
     Examples
@@ -847,7 +860,7 @@ def frequency_band(prob, n: int, *, false_alarm: float = 1e-9) -> tuple[np.ndarr
     alpha = _check_level(false_alarm, "false_alarm")
     pr = np.asarray(prob, dtype=np.float64)
     if not np.all(np.isfinite(pr)) or (pr < 0).any() or (pr > 1).any():
-        raise LawError("prob: must be probabilities in [0, 1]")
+        raise ValueError("prob: must be probabilities in [0, 1]")
     dist = stats.binom(n, pr)
     lo = dist.ppf(alpha / 2) / n
     hi = dist.isf(alpha / 2) / n
@@ -878,7 +891,9 @@ def max_deviation_bound(law, n: int, *, false_alarm: float = 1e-9) -> float:
     Raises
     ------
     LawError
-        Invalid law, ``n`` or ``false_alarm``.
+        Invalid law.
+    ValueError
+        Invalid ``n`` or ``false_alarm``.
 
     Examples
     --------

@@ -55,6 +55,7 @@ import numpy as np
 
 from .block import accepted_prefix_length
 from .laws import LawError, check_int, check_law
+from .verify import check_rng
 
 __all__ = [
     "Workload",
@@ -80,27 +81,23 @@ __all__ = [
 def _prob(x, name: str) -> float:
     try:
         v = float(x)
-    except (TypeError, ValueError):
-        raise LawError(f"{name}: must be a probability in [0, 1] (got {x!r})") from None
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: must be a probability in [0, 1] (got {x!r})") from None
     if not (np.isfinite(v) and 0.0 <= v <= 1.0):
-        raise LawError(f"{name}: must be a probability in [0, 1] (got {x!r})")
+        raise ValueError(f"{name}: must be a probability in [0, 1] (got {x!r})")
     return v
 
 
 def _probs(x, name: str) -> np.ndarray:
     arr = np.array(x, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
-        raise LawError(f"{name}: must be a non-empty 1-D array of probabilities (got shape {arr.shape})")
+        raise ValueError(f"{name}: must be a non-empty 1-D array of probabilities (got shape {arr.shape})")
     if not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any():
-        raise LawError(f"{name}: entries must be probabilities in [0, 1]")
+        raise ValueError(f"{name}: entries must be probabilities in [0, 1]")
     arr.setflags(write=False)
     return arr
 
 
-def _check_rng(rng) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise LawError(f"rng: must be a numpy.random.Generator (got {type(rng).__name__})")
-    return rng
 
 
 def _stationary(kernel: np.ndarray, what: str) -> np.ndarray:
@@ -299,9 +296,13 @@ class MarkovWorkload(Workload):
     Raises
     ------
     LawError
-        Invalid probabilities, a non-stochastic matrix, mismatched sizes, no unique
-        stationary law when ``initial`` is omitted, or ``carry=True`` with a chain whose
-        cycle-start law is not unique (e.g. the identity transition).
+        A non-stochastic matrix, an invalid ``initial`` law or one of the wrong size, no
+        unique stationary law when ``initial`` is omitted, or ``carry=True`` with a chain
+        whose cycle-start law is not unique (e.g. the identity transition).
+    ValueError
+        ``alphas`` not probabilities, ``names`` of the wrong length.
+    TypeError
+        ``carry`` not a boolean.
 
     Examples
     --------
@@ -340,9 +341,9 @@ class MarkovWorkload(Workload):
         init.setflags(write=False)
         names = tuple(self.names) or tuple(f"regime {i}" for i in range(k))
         if len(names) != k:
-            raise LawError(f"names: {len(names)} names for {k} regimes")
+            raise ValueError(f"names: {len(names)} names for {k} regimes")
         if not isinstance(self.carry, (bool, np.bool_)):
-            raise LawError(f"carry: must be True or False (got {self.carry!r})")
+            raise TypeError(f"carry: must be True or False (got {self.carry!r})")
         object.__setattr__(self, "alphas", al)
         object.__setattr__(self, "transition", t)
         object.__setattr__(self, "initial", init)
@@ -594,7 +595,7 @@ def contrast_pair(*, carry: bool = True) -> tuple[MarkovWorkload, ConstantWorklo
 
 def _check_workload(w) -> None:
     if not isinstance(w, Workload):
-        raise LawError(f"workload: must be a Constant, Positional or Markov workload (got {type(w).__name__})")
+        raise TypeError(f"workload: must be a Constant, Positional or Markov workload (got {type(w).__name__})")
 
 
 def joint_acceptance(workload, gamma: int) -> np.ndarray:
@@ -607,8 +608,10 @@ def joint_acceptance(workload, gamma: int) -> np.ndarray:
 
     Raises
     ------
-    LawError
-        Unknown workload type or ``gamma < 1``.
+    TypeError
+        Unknown workload type.
+    ValueError
+        ``gamma < 1``.
     """
     _check_workload(workload)
     return workload.joint(check_int(gamma, "gamma"))
@@ -650,7 +653,7 @@ def simulate_outcomes(workload, gamma: int, n: int, rng: np.random.Generator) ->
     _check_workload(workload)
     gamma = check_int(gamma, "gamma")
     n = check_int(n, "n")
-    return workload.sample_outcomes(gamma, n, _check_rng(rng))
+    return workload.sample_outcomes(gamma, n, check_rng(rng))
 
 
 def simulate_accepted_lengths(workload, gamma: int, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -697,8 +700,10 @@ def simulate_cycles(workload, gamma: int, n: int, cycles: int, rng: np.random.Ge
 
     Raises
     ------
-    LawError
-        Unknown workload, a count < 1, or ``rng`` not a Generator.
+    TypeError
+        Unknown workload, ``rng`` neither a Generator nor a seed.
+    ValueError
+        A count < 1.
 
     Examples
     --------
@@ -709,7 +714,7 @@ def simulate_cycles(workload, gamma: int, n: int, cycles: int, rng: np.random.Ge
     _check_workload(workload)
     gamma = check_int(gamma, "gamma")
     n, cycles = check_int(n, "n"), check_int(cycles, "cycles")
-    return workload.sample_cycles(gamma, n, cycles, _check_rng(rng))
+    return workload.sample_cycles(gamma, n, cycles, check_rng(rng))
 
 
 @dataclass(frozen=True)
@@ -792,9 +797,11 @@ def cycle_dependence(accepted_lengths: Sequence[Sequence[int]], rng: np.random.G
 
     Raises
     ------
-    LawError
+    ValueError
         Fewer than two requests with two cycles or more, negative lengths, bad
-        ``resamples``/``confidence``, or ``rng`` not a Generator.
+        ``resamples``/``confidence``.
+    TypeError
+        ``rng`` neither a Generator nor a seed.
 
     Examples
     --------
@@ -803,16 +810,16 @@ def cycle_dependence(accepted_lengths: Sequence[Sequence[int]], rng: np.random.G
     >>> d.verdict, d.pairs
     ('positive', 7800)
     """
-    rng = _check_rng(rng)
+    rng = check_rng(rng)
     resamples = check_int(resamples, "resamples", minimum=100)
     if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
-        raise LawError(f"confidence: must be in (0, 1) (got {confidence!r})")
+        raise ValueError(f"confidence: must be in (0, 1) (got {confidence!r})")
     rows = [np.asarray(r, dtype=np.int64).ravel() for r in accepted_lengths]
     if any((r < 0).any() for r in rows):
-        raise LawError("accepted_lengths: must be non-negative integers")
+        raise ValueError("accepted_lengths: must be non-negative integers")
     rows = [r for r in rows if r.size >= 2]
     if len(rows) < 2:
-        raise LawError("accepted_lengths: need at least two requests with two cycles or more")
+        raise ValueError("accepted_lengths: need at least two requests with two cycles or more")
     xs, ys = [r[:-1] for r in rows], [r[1:] for r in rows]
     corr = _pooled_lag1(xs, ys)
     boot = np.empty(resamples)

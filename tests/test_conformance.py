@@ -98,7 +98,7 @@ def test_cases_validate_their_laws():
         C.TokenCase.from_laws("bad", "", [0.5, 0.5, 0.0], [0.5, 0.5])
     with pytest.raises(LawError, match="p: probabilities must sum to 1"):
         C.TokenCase.from_laws("bad", "", [0.5, 0.4], [0.5, 0.5])
-    with pytest.raises(LawError, match="top_k"):
+    with pytest.raises(ValueError, match="top_k"):
         C.TokenCase.from_logits("bad", "", [0.0, 1.0], [1.0, 0.0], top_k=3)
 
 

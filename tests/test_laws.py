@@ -81,20 +81,23 @@ def test_check_pair_validates_each_argument_by_name():
 
 
 @pytest.mark.parametrize(
-    "value, kwargs, message",
+    "value, kwargs, error, message",
     [
-        (0, {}, "gamma: must be an integer >= 1 (got 0)"),
-        (2.5, {}, "gamma: must be an integer >= 1 (got 2.5)"),
-        (True, {}, "gamma: must be an integer >= 1 (got True)"),
-        ("3", {}, "gamma: must be an integer >= 1 (got '3')"),
-        (float("nan"), {}, "gamma: must be an integer >= 1 (got nan)"),
-        (17, {"maximum": 16}, "gamma: must be an integer in [1, 16] (got 17)"),
-        (-1, {"minimum": 0}, "gamma: must be an integer >= 0 (got -1)"),
+        (0, {}, ValueError, "gamma: must be an integer >= 1 (got 0)"),
+        (2.5, {}, ValueError, "gamma: must be an integer >= 1 (got 2.5)"),
+        (True, {}, TypeError, "gamma: must be an integer >= 1 (got True)"),
+        ("3", {}, TypeError, "gamma: must be an integer >= 1 (got '3')"),
+        (None, {}, TypeError, "gamma: must be an integer >= 1 (got None)"),
+        (float("nan"), {}, ValueError, "gamma: must be an integer >= 1 (got nan)"),
+        (17, {"maximum": 16}, ValueError, "gamma: must be an integer in [1, 16] (got 17)"),
+        (-1, {"minimum": 0}, ValueError, "gamma: must be an integer >= 0 (got -1)"),
     ],
 )
-def test_check_int_messages(value, kwargs, message):
-    with pytest.raises(LawError) as err:
+def test_check_int_messages(value, kwargs, error, message):
+    """gamma, trials, seeds are not laws: ValueError (TypeError for a non-number), never LawError."""
+    with pytest.raises(error) as err:
         check_int(value, "gamma", **kwargs)
+    assert type(err.value) is error
     assert str(err.value) == message
 
 
@@ -142,19 +145,23 @@ def test_softmax_values_and_masking():
 
 
 @pytest.mark.parametrize(
-    "logits, temperature, fragment",
+    "logits, temperature, error, fragment",
     [
-        ([0.0, np.nan], 1.0, "logits: entries must be finite or -inf"),
-        ([0.0, np.inf], 1.0, "logits: entries must be finite or -inf"),
-        ([-np.inf, -np.inf], 1.0, "logits: at least one entry must be finite"),
-        ([0.0, 1.0], 0.0, "temperature: must be finite and > 0"),
-        ([0.0, 1.0], -1.0, "temperature: must be finite and > 0"),
-        ([], 1.0, "logits: must not be empty"),
+        ([0.0, np.nan], 1.0, LawError, "logits: entries must be finite or -inf"),
+        ([0.0, np.inf], 1.0, LawError, "logits: entries must be finite or -inf"),
+        ([-np.inf, -np.inf], 1.0, LawError, "logits: at least one entry must be finite"),
+        ([0.0, 1.0], 0.0, ValueError, "temperature: must be finite and > 0"),
+        ([0.0, 1.0], -1.0, ValueError, "temperature: must be finite and > 0"),
+        ([0.0, 1.0], "hot", ValueError, "temperature: must be a real number"),
+        ([0.0, 1.0], None, TypeError, "temperature: must be a real number"),
+        ([], 1.0, LawError, "logits: must not be empty"),
     ],
 )
-def test_softmax_errors(logits, temperature, fragment):
-    with pytest.raises(LawError, match=fragment):
+def test_softmax_errors(logits, temperature, error, fragment):
+    """Logits define a law (LawError); the temperature is a setting (ValueError, TypeError)."""
+    with pytest.raises(error, match=fragment) as err:
         softmax(logits, temperature)
+    assert type(err.value) is error
 
 
 @settings(max_examples=60, deadline=None)
@@ -211,22 +218,25 @@ def test_order_mask_temperature_top_k_top_p():
 
 
 @pytest.mark.parametrize(
-    "kwargs, fragment",
+    "kwargs, error, fragment",
     [
-        ({"top_k": 0}, "top_k: must be an integer in [1, 3] (got 0)"),
-        ({"top_k": 4}, "top_k: must be an integer in [1, 3] (got 4)"),
-        ({"top_p": 0.0}, "top_p: must be in (0, 1] (got 0.0)"),
-        ({"top_p": 1.5}, "top_p: must be in (0, 1] (got 1.5)"),
-        ({"temperature": -0.1}, "temperature: must be finite and >= 0"),
-        ({"temperature": np.inf}, "temperature: must be finite and >= 0"),
-        ({"mask": [True, False]}, "mask: must have shape (3,)"),
-        ({"mask": [1, 0, 1]}, "mask: must be boolean"),
-        ({"mask": [False, False, False]}, "mask: removes every token"),
+        ({"top_k": 0}, ValueError, "top_k: must be an integer in [1, 3] (got 0)"),
+        ({"top_k": 4}, ValueError, "top_k: must be an integer in [1, 3] (got 4)"),
+        ({"top_k": "2"}, TypeError, "top_k: must be an integer in [1, 3] (got '2')"),
+        ({"top_p": 0.0}, ValueError, "top_p: must be in (0, 1] (got 0.0)"),
+        ({"top_p": 1.5}, ValueError, "top_p: must be in (0, 1] (got 1.5)"),
+        ({"temperature": -0.1}, ValueError, "temperature: must be finite and >= 0"),
+        ({"temperature": np.inf}, ValueError, "temperature: must be finite and >= 0"),
+        ({"mask": [True, False]}, ValueError, "mask: must have shape (3,)"),
+        ({"mask": [1, 0, 1]}, TypeError, "mask: must be boolean"),
+        ({"mask": [False, False, False]}, LawError, "mask: removes every token"),
     ],
 )
-def test_sampling_law_errors(kwargs, fragment):
-    with pytest.raises(LawError) as err:
+def test_sampling_law_errors(kwargs, error, fragment):
+    """Settings that are not laws raise ValueError or TypeError; an empty law is a LawError."""
+    with pytest.raises(error) as err:
         sampling_law([0.0, 1.0, 2.0], **kwargs)
+    assert type(err.value) is error
     assert fragment in str(err.value)
 
 

@@ -169,7 +169,7 @@ def test_sequence_law_conventions():
         # prefix-free keys: no key is a proper prefix of another
         keys = set(law)
         assert not any(k[:i] in keys for k in keys for i in range(1, len(k)))
-    with pytest.raises(LawError, match="length"):
+    with pytest.raises(ValueError, match="length"):
         sequence_law(p, (), 0)
     with pytest.raises(ValueError, match="end-of-sequence"):
         sequence_law(p, (p.eos,), 2)

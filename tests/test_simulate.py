@@ -47,7 +47,7 @@ def test_article_reference_run_reproduces_published_counts():
 def test_article_reference_run_is_deterministic_and_validated():
     assert article_reference_run(1000, 5) == article_reference_run(1000, 5)
     assert sum(article_reference_run(123, 1)["fallback_p"]) == 123
-    with pytest.raises(LawError, match="trials: must be an integer >= 1"):
+    with pytest.raises(ValueError, match="trials: must be an integer >= 1"):
         article_reference_run(0)
     with pytest.raises(LawError, match="q: vocabulary size"):
         article_reference_run(10, p=[0.5, 0.5], q=[1.0])
@@ -191,7 +191,7 @@ def test_running_frequencies():
     assert abs(freq["fallback_p"][-1] - 0.35) < 0.02
     other = running_frequencies(P, Q, 1000, np.random.default_rng(4), rules=(flaws.RESAMPLE_Q,), symbol=2)
     assert list(other) == ["resample_q"]
-    with pytest.raises(LawError, match=r"symbol: must be an integer in \[0, 2\] \(got 3\)"):
+    with pytest.raises(ValueError, match=r"symbol: must be an integer in \[0, 2\] \(got 3\)"):
         running_frequencies(P, Q, 10, np.random.default_rng(0), symbol=3)
-    with pytest.raises(LawError, match="trials: must be an integer in"):
+    with pytest.raises(ValueError, match="trials: must be an integer in"):
         running_frequencies(P, Q, 10**9, np.random.default_rng(0))

@@ -42,9 +42,9 @@ def test_article_standard_error():
 
 
 def test_standard_error_errors():
-    with pytest.raises(LawError, match="n: must be an integer >= 1"):
+    with pytest.raises(ValueError, match="n: must be an integer >= 1"):
         standard_error(0.5, 0)
-    with pytest.raises(LawError, match="prob: must be probabilities"):
+    with pytest.raises(ValueError, match="prob: must be probabilities"):
         standard_error(1.5, 10)
 
 
@@ -111,7 +111,7 @@ def test_gof_impossible_and_zero_cells():
     assert res.statistic == math.inf and res.pvalue == 0.0
     res = gof_test([5, 0, 5], [0.5, 0.0, 0.5])
     assert res.dof == 1 and res.pvalue == pytest.approx(1.0)
-    with pytest.raises(LawError, match="statistic: must be 'pearson' or 'g'"):
+    with pytest.raises(ValueError, match="statistic: must be 'pearson' or 'g'"):
         gof_test([1, 1], [0.5, 0.5], statistic="chi")
 
 
@@ -135,7 +135,7 @@ def test_assert_law_impossible_token():
 
 def test_assert_law_false_alarm_validation():
     for bad in (0.0, 1.0, -0.1, "x"):
-        with pytest.raises(LawError, match="false_alarm: must be a probability in"):
+        with pytest.raises(ValueError, match="false_alarm: must be a probability in"):
             assert_law(CORRECT, P, false_alarm=bad)
 
 
@@ -147,7 +147,7 @@ def test_detection_threshold_is_above_asymptotic_one():
             x = t / 2
             assert math.exp(-x) * (math.e * x / (k - 1)) ** (k - 1) == pytest.approx(alpha, rel=1e-8)
     assert detection_threshold(1e-9, 3) > detection_threshold(1e-3, 3)
-    with pytest.raises(LawError, match="cells: must be an integer >= 2"):
+    with pytest.raises(ValueError, match="cells: must be an integer >= 2"):
         detection_threshold(0.01, 1)
 
 
@@ -209,22 +209,27 @@ def test_trials_to_detect_law_free_worst_case():
 
 
 @pytest.mark.parametrize(
-    "args, kwargs, fragment",
+    "args, kwargs, error, fragment",
     [
-        ((0.0,), {}, "tv: must be in (0, 1]"),
-        ((1.5,), {}, "tv: must be in (0, 1]"),
-        ((None,), {}, "tv: required unless alternative is given"),
-        ((0.1,), {"alternative": [0.5, 0.5]}, "alternative: requires law"),
-        ((0.1,), {"law": [0.5, 0.5], "alternative": [0.3, 0.7]}, "tv: 0.1 does not match TV(law, alternative) = 0.2"),
-        ((0.1,), {"law": [0.5, 0.5], "alternative": [0.3, 0.3, 0.4]}, "alternative: vocabulary size 3"),
-        ((0.1,), {"power": 1.0}, "power: must be a probability in (0, 1)"),
-        ((0.1,), {"method": "exact"}, "method: must be 'bound' or 'asymptotic'"),
-        ((0.1,), {"law": [1.0, 0.0]}, "law: needs at least two tokens"),
+        ((0.0,), {}, ValueError, "tv: must be in (0, 1]"),
+        ((1.5,), {}, ValueError, "tv: must be in (0, 1]"),
+        (("big",), {}, ValueError, "tv: must be a number in (0, 1]"),
+        ((None,), {}, ValueError, "tv: required unless alternative is given"),
+        ((0.1,), {"alternative": [0.5, 0.5]}, LawError, "alternative: requires law"),
+        ((0.1,), {"law": [0.5, 0.5], "alternative": [0.3, 0.7]}, ValueError,
+         "tv: 0.1 does not match TV(law, alternative) = 0.2"),
+        ((0.1,), {"law": [0.5, 0.5], "alternative": [0.3, 0.3, 0.4]}, LawError,
+         "alternative: vocabulary size 3"),
+        ((0.1,), {"power": 1.0}, ValueError, "power: must be a probability in (0, 1)"),
+        ((0.1,), {"method": "exact"}, ValueError, "method: must be 'bound' or 'asymptotic'"),
+        ((0.1,), {"law": [1.0, 0.0]}, LawError, "law: needs at least two tokens"),
     ],
 )
-def test_trials_to_detect_errors(args, kwargs, fragment):
-    with pytest.raises(LawError) as err:
+def test_trials_to_detect_errors(args, kwargs, error, fragment):
+    """Laws raise LawError; the TV, levels and method are not laws (ValueError)."""
+    with pytest.raises(error) as err:
         trials_to_detect(*args, **kwargs)
+    assert type(err.value) is error
     assert fragment in str(err.value)
 
 
@@ -256,9 +261,9 @@ def test_tv_ci_bootstrap():
     a = tv_ci(WRONG, P, method="bootstrap", rng=np.random.default_rng(0), resamples=500)
     b = tv_ci(WRONG, P, method="bootstrap", rng=np.random.default_rng(0), resamples=500)
     assert a == b and a.low < 0.15 < a.high
-    with pytest.raises(LawError, match="rng: bootstrap needs a numpy.random.Generator"):
+    with pytest.raises(TypeError, match="rng: bootstrap needs a numpy.random.Generator"):
         tv_ci(WRONG, P, method="bootstrap")
-    with pytest.raises(LawError, match="method: must be 'bound' or 'bootstrap'"):
+    with pytest.raises(ValueError, match="method: must be 'bound' or 'bootstrap'"):
         tv_ci(WRONG, P, method="exact")
 
 

@@ -267,5 +267,9 @@ def test_joint_is_a_valid_tail_sequence(a, data):
     (lambda: W.cycle_dependence([[1, 2], [1, 0]], np.random.default_rng(0), confidence=1.5), "confidence"),
 ])
 def test_invalid_inputs_raise(call, match):
-    with pytest.raises(LawError, match=match):
+    """Laws (transition rows, initial and cycle-start laws) raise LawError; every other
+    argument raises a ValueError or TypeError that is not a LawError."""
+    with pytest.raises((ValueError, TypeError), match=match) as err:
         call()
+    law = match in ("transition", "initial", "cycle-start")
+    assert isinstance(err.value, LawError) == law, err.value
