@@ -148,26 +148,26 @@ def _max_dev_correct() -> float:
     return float(np.max(np.abs(article_run_frequencies()["correct"] - _P)))
 
 
+def _symbol_claims(name: str, i: int, proposed, accepted, contributed) -> tuple[Claim, ...]:
+    """Section 2's three claims on one symbol: q(x), min(1, p(x)/q(x)) and the accepted
+    mass q(x) min(1, p(x)/q(x)); each argument is (text, stated value[, tolerance])."""
+    (tq, vq), (ta, va, tol), (tm, vm) = proposed, accepted, contributed
+    return (Claim(f"s2_q_{name}", 2, tq, vq, 0.005, lambda: float(_Q[i])),
+            Claim(f"s2_accept_{name}", 2, ta, va, tol, lambda: _accept(i)),
+            Claim(f"s2_contrib_{name}", 2, tm, vm, 0.005, lambda: _mass(i)))
+
+
 _SECTION_1_4: tuple[Claim, ...] = (
     # Section 2: account for the mass before coding
-    Claim("s2_q_A", 2, "A is proposed in 20% of the trials: q(A) = 0.20.",
-          0.20, 0.005, lambda: float(_Q[_A])),
-    Claim("s2_accept_A", 2, "A is always accepted when proposed: min(1, p(A)/q(A)) = 1.",
-          1.0, 0.0, lambda: _accept(_A)),
-    Claim("s2_contrib_A", 2, "A contributes accepted mass 0.20.",
-          0.20, 0.005, lambda: _mass(_A)),
-    Claim("s2_q_B", 2, "B is proposed with probability 0.50.",
-          0.50, 0.005, lambda: float(_Q[_B])),
-    Claim("s2_accept_B", 2, "Only 60% of the proposals of B are accepted.",
-          0.60, 0.005, lambda: _accept(_B)),
-    Claim("s2_contrib_B", 2, "B contributes accepted mass 0.30.",
-          0.30, 0.005, lambda: _mass(_B)),
-    Claim("s2_q_C", 2, "C is proposed with probability 0.30.",
-          0.30, 0.005, lambda: float(_Q[_C])),
-    Claim("s2_accept_C", 2, "A proposal of C is accepted with probability 2/3.",
-          2 / 3, 1e-12, lambda: _accept(_C)),
-    Claim("s2_contrib_C", 2, "C contributes 0.30 x 2/3 = 0.20.",
-          0.20, 0.005, lambda: _mass(_C)),
+    *_symbol_claims("A", _A, ("A is proposed in 20% of the trials: q(A) = 0.20.", 0.20),
+                    ("A is always accepted when proposed: min(1, p(A)/q(A)) = 1.", 1.0, 0.0),
+                    ("A contributes accepted mass 0.20.", 0.20)),
+    *_symbol_claims("B", _B, ("B is proposed with probability 0.50.", 0.50),
+                    ("Only 60% of the proposals of B are accepted.", 0.60, 0.005),
+                    ("B contributes accepted mass 0.30.", 0.30)),
+    *_symbol_claims("C", _C, ("C is proposed with probability 0.30.", 0.30),
+                    ("A proposal of C is accepted with probability 2/3.", 2 / 3, 1e-12),
+                    ("C contributes 0.30 x 2/3 = 0.20.", 0.20)),
     Claim("s2_accepted_mass", 2, "The total accepted mass is 0.70.",
           0.70, 0.005, lambda: token.acceptance_rate(_P, _Q)),
     Claim("s2_missing_mass", 2, "0.30 is missing to complete the law (rejection probability Z).",

@@ -108,6 +108,17 @@ def _check_choice(value, name: str, choices: Sequence[str]) -> str:
     return value
 
 
+def _marker(func, kind: str, vectorised: bool, inputs: str, **conventions):
+    """What the three markers below return: ``func`` with its :class:`SamplerSpec`
+    attached, or (``func`` None, the marker called with arguments) the decorator doing it."""
+
+    def mark(f):
+        setattr(f, _MARK, SamplerSpec(kind, bool(vectorised), inputs, _callable_name(f), **conventions))
+        return f
+
+    return mark(func) if func is not None else mark
+
+
 def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inputs: str = LAWS,
                   proposals: str = AUTO):
     """Mark a callable as a token-level sampler (decorator, with or without arguments).
@@ -143,13 +154,7 @@ def token_sampler(func: Callable | None = None, *, vectorised: bool = False, inp
     """
     _check_choice(inputs, "inputs", (LAWS, LOGITS))
     _check_choice(proposals, "proposals", (AUTO, FROM_Q, OWN))
-
-    def mark(f):
-        setattr(f, _MARK, SamplerSpec(TOKEN, bool(vectorised), inputs, _callable_name(f),
-                                      proposals=proposals))
-        return f
-
-    return mark(func) if func is not None else mark
+    return _marker(func, TOKEN, vectorised, inputs, proposals=proposals)
 
 
 def block_sampler(func: Callable | None = None, *, vectorised: bool = False, proposals: str = AUTO,
@@ -192,14 +197,8 @@ def block_sampler(func: Callable | None = None, *, vectorised: bool = False, pro
     _check_choice(proposals, "proposals", (AUTO, FROM_Q, OWN))
     _check_choice(accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED))
     _check_accepted_law(accepted_law)
-
-    def mark(f):
-        setattr(f, _MARK, SamplerSpec(BLOCK, bool(vectorised), LAWS, _callable_name(f),
-                                      proposals=proposals, accepted_eos=accepted_eos,
-                                      accepted_law=accepted_law))
-        return f
-
-    return mark(func) if func is not None else mark
+    return _marker(func, BLOCK, vectorised, LAWS, proposals=proposals, accepted_eos=accepted_eos,
+                   accepted_law=accepted_law)
 
 
 def batch_sampler(func: Callable | None = None):
@@ -221,12 +220,7 @@ def batch_sampler(func: Callable | None = None):
     request is checked against its own law: the target law processed with its own
     settings, token by token along its accepted prefix.
     """
-
-    def mark(f):
-        setattr(f, _MARK, SamplerSpec(BATCH, True, LAWS, _callable_name(f)))
-        return f
-
-    return mark(func) if func is not None else mark
+    return _marker(func, BATCH, True, LAWS)
 
 
 def _check_accepted_law(law):

@@ -65,7 +65,7 @@ from specdec import laws
 
 from .cases import BlockCase
 from .conventions import block_sampler, token_sampler
-from .torchrng import seed_torch, torch_seed
+from .torchrng import seed_torch
 
 __all__ = ["release", "signature", "speculative_sampling", "token_step", "BlockCycle",
            "tiny_models", "toy_view", "generate_cases", "Generate", "run_all", "main"]
@@ -336,7 +336,7 @@ class Generate:
         try:
             with torch.no_grad():
                 for i in range(n):
-                    torch.default_generator.manual_seed(torch_seed(rng))
+                    seed_torch(rng)
                     seq = model.generate(ids, **kwargs)[0, ids.shape[1]:].tolist()
                     if EOS in seq:
                         seq = seq[: seq.index(EOS) + 1]

@@ -46,19 +46,21 @@ def torch_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**63 - 1))
 
 
-def torch_generator(rng: np.random.Generator, device: str = "cpu"):
-    """A new :class:`torch.Generator` on ``device``, seeded from ``rng``.
+def seed_torch(rng: np.random.Generator, generator=None):
+    """Seed a torch generator from ``rng`` and return it (cheap; draws one seed from ``rng``).
 
     Parameters
     ----------
     rng : numpy.random.Generator
         The kit's generator for the case.
-    device : str
-        Torch device of the generator.
+    generator : torch.Generator, optional
+        The generator to seed; by default torch's default CPU generator (for code that
+        draws from the global generator).
 
     Returns
     -------
     torch.Generator
+        ``generator``, seeded.
 
     Raises
     ------
@@ -67,21 +69,15 @@ def torch_generator(rng: np.random.Generator, device: str = "cpu"):
     ImportError
         If torch is not installed.
     """
+    if generator is None:
+        import torch
+
+        generator = torch.default_generator
+    return generator.manual_seed(torch_seed(rng))
+
+
+def torch_generator(rng: np.random.Generator, device: str = "cpu"):
+    """A new :class:`torch.Generator` on ``device``, seeded from ``rng`` by :func:`seed_torch`."""
     import torch
 
-    return torch.Generator(device=device).manual_seed(torch_seed(rng))
-
-
-def seed_torch(rng: np.random.Generator) -> None:
-    """Reseed torch's default CPU generator from ``rng`` (cheap; CPU only).
-
-    Raises
-    ------
-    TypeError
-        If ``rng`` is not a numpy Generator.
-    ImportError
-        If torch is not installed.
-    """
-    import torch
-
-    torch.default_generator.manual_seed(torch_seed(rng))
+    return seed_torch(rng, torch.Generator(device=device))
