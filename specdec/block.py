@@ -288,8 +288,7 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
     Raises
     ------
     ValueError
-        Invalid prefix, gamma (a :class:`specdec.laws.LawError`, a ``ValueError``),
-        models of different vocabularies or EOS ids.
+        Invalid prefix, gamma, models of different vocabularies or EOS ids.
     TypeError
         Models that are not ToyModels, ``variant`` not a cycle rule, ``rng`` neither a
         Generator nor a seed.
@@ -349,7 +348,7 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     ------
     ValueError, TypeError
         Invalid arguments, each named in the message (sizes through
-        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
+        :func:`specdec.laws.check_int`).
 
     Examples
     --------
@@ -452,7 +451,7 @@ def simulate_cycles(target: ToyModel, draft: ToyModel, prefix, gamma: int, n: in
     ------
     ValueError, TypeError
         Invalid arguments, each named in the message (sizes through
-        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
+        :func:`specdec.laws.check_int`).
 
     Examples
     --------
@@ -513,7 +512,7 @@ def simulate_generation(target: ToyModel, draft: ToyModel, prefix, gamma: int, l
     ------
     ValueError, TypeError
         Invalid arguments, each named in the message (sizes through
-        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
+        :func:`specdec.laws.check_int`).
 
     Examples
     --------
@@ -765,7 +764,7 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
     ------
     ValueError, TypeError
         Invalid arguments, each named in the message (sizes through
-        :func:`specdec.laws.check_int` raise its ``LawError``, a ``ValueError``).
+        :func:`specdec.laws.check_int`).
 
     References
     ----------

@@ -110,9 +110,10 @@ class ToyModel:
     Raises
     ------
     LawError
-        On an invalid vocabulary size, EOS id, order or table.
+        On an invalid table.
     ValueError, TypeError
-        When both or neither of ``table`` and ``law_fn`` are given; ``law_fn`` not callable.
+        On an invalid vocabulary size, EOS id or order (:func:`specdec.laws.check_int`);
+        when both or neither of ``table`` and ``law_fn`` are given; ``law_fn`` not callable.
 
     Examples
     --------
@@ -307,10 +308,8 @@ def random_model(vocab_size: int = 4, *, rng=TOY_SEED, order: int = 2, positions
 
     Raises
     ------
-    LawError
-        On invalid sizes.
     ValueError
-        Non-positive concentrations.
+        Invalid sizes, non-positive concentrations.
 
     Examples
     --------

@@ -276,10 +276,10 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
     Raises
     ------
     LawError
-        Invalid laws, ``trials`` or ``chunk`` < 1.
+        Invalid laws.
     ValueError
-        No rule, a proposal-dependent rule above the vocabulary limit, unsupported
-        ``dtype``, a negative seed.
+        ``trials`` or ``chunk`` < 1, no rule, a proposal-dependent rule above the
+        vocabulary limit, unsupported ``dtype``, a negative seed.
     TypeError
         A rule that is not a step rule, ``rng`` neither a Generator nor a seed.
 
@@ -359,9 +359,9 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
     Raises
     ------
     LawError
-        Invalid laws, ``trials`` out of range.
+        Invalid laws.
     ValueError, TypeError
-        As :func:`simulate_step`.
+        ``trials`` out of range; otherwise as :func:`simulate_step`.
 
     Examples
     --------
@@ -474,7 +474,9 @@ def article_reference_run(trials: int = ARTICLE_TRIALS, seed: int = ARTICLE_SEED
     Raises
     ------
     LawError
-        Invalid laws or ``trials`` < 1.
+        Invalid laws.
+    ValueError
+        ``trials`` < 1.
 
     References
     ----------

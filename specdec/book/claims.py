@@ -148,6 +148,15 @@ def _max_dev_correct() -> float:
     return float(np.max(np.abs(article_run_frequencies()["correct"] - _P)))
 
 
+def _per_symbol(key: str, section: int, text: str, stated, tolerance: float,
+                value: Callable[[int], float]) -> tuple[Claim, ...]:
+    """One claim per symbol A, B, C: ``key`` and ``text`` formatted with the symbol (and,
+    in ``text``, its stated value), recomputed as ``value(index of the symbol)``."""
+    return tuple(Claim(key.format(name), section, text.format(name, v), v, tolerance,
+                       lambda i=i: value(i))
+                 for name, i, v in zip("ABC", (_A, _B, _C), stated))
+
+
 def _symbol_claims(name: str, i: int, proposed, accepted, contributed) -> tuple[Claim, ...]:
     """Section 2's three claims on one symbol: q(x), min(1, p(x)/q(x)) and the accepted
     mass q(x) min(1, p(x)/q(x)); each argument is (text, stated value[, tolerance])."""
@@ -181,12 +190,8 @@ _SECTION_1_4: tuple[Claim, ...] = (
     Claim("s2_equal_laws_z", 2, "If p = q then Z = 0 (every proposal is accepted).",
           0.0, 0.0, lambda: token.rejection_probability(_P, _P)),
     # Section 3: counterexample "if rejected, fall back to p"
-    Claim("s3_wrong_A", 3, "Falling back to p gives A probability 0.35.",
-          0.35, 0.005, lambda: _fallback(_A)),
-    Claim("s3_wrong_B", 3, "Falling back to p gives B probability 0.39.",
-          0.39, 0.005, lambda: _fallback(_B)),
-    Claim("s3_wrong_C", 3, "Falling back to p gives C probability 0.26.",
-          0.26, 0.005, lambda: _fallback(_C)),
+    *_per_symbol("s3_wrong_{}", 3, "Falling back to p gives {} probability {:.2f}.",
+                 (0.35, 0.39, 0.26), 0.005, _fallback),
     Claim("s3_target_A", 3, "The target probability of A is 0.50.",
           0.50, 0.005, lambda: float(_P[_A])),
     Claim("s3_tv", 3, "The total variation distance between the flawed law and p is 0.15.",
@@ -200,27 +205,14 @@ _SECTION_1_4: tuple[Claim, ...] = (
           200_000.0, 0.0, lambda: float(sum(_article_counts()[0]))),
     Claim("s4_seed", 4, "The run uses random.Random with seed 20260923.",
           20260923.0, 0.0, lambda: float(simulate.ARTICLE_SEED)),
-    Claim("s4_target_A", 4, "Table: target probability of A is 0.5.", 0.5, 0.05, lambda: float(_P[_A])),
-    Claim("s4_target_B", 4, "Table: target probability of B is 0.3.", 0.3, 0.05, lambda: float(_P[_B])),
-    Claim("s4_target_C", 4, "Table: target probability of C is 0.2.", 0.2, 0.05, lambda: float(_P[_C])),
-    Claim("s4_correct_obs_A", 4, "Table: correct variant, observed frequency of A 0.50009.",
-          0.50009, 5e-6, lambda: _freq("correct", _A)),
-    Claim("s4_correct_obs_B", 4, "Table: correct variant, observed frequency of B 0.29844.",
-          0.29844, 5e-6, lambda: _freq("correct", _B)),
-    Claim("s4_correct_obs_C", 4, "Table: correct variant, observed frequency of C 0.20147.",
-          0.20147, 5e-6, lambda: _freq("correct", _C)),
-    Claim("s4_wrong_limit_A", 4, "Table: flawed variant, limit law at A 0.35.",
-          0.35, 0.005, lambda: _fallback(_A)),
-    Claim("s4_wrong_limit_B", 4, "Table: flawed variant, limit law at B 0.39.",
-          0.39, 0.005, lambda: _fallback(_B)),
-    Claim("s4_wrong_limit_C", 4, "Table: flawed variant, limit law at C 0.26.",
-          0.26, 0.005, lambda: _fallback(_C)),
-    Claim("s4_wrong_obs_A", 4, "Table: flawed variant, observed frequency of A 0.35005.",
-          0.35005, 5e-6, lambda: _freq("fallback_p", _A)),
-    Claim("s4_wrong_obs_B", 4, "Table: flawed variant, observed frequency of B 0.38831.",
-          0.38831, 5e-6, lambda: _freq("fallback_p", _B)),
-    Claim("s4_wrong_obs_C", 4, "Table: flawed variant, observed frequency of C 0.26164.",
-          0.26164, 5e-6, lambda: _freq("fallback_p", _C)),
+    *_per_symbol("s4_target_{}", 4, "Table: target probability of {} is {:.1f}.",
+                 (0.5, 0.3, 0.2), 0.05, lambda i: float(_P[i])),
+    *_per_symbol("s4_correct_obs_{}", 4, "Table: correct variant, observed frequency of {} {:.5f}.",
+                 (0.50009, 0.29844, 0.20147), 5e-6, lambda i: _freq("correct", i)),
+    *_per_symbol("s4_wrong_limit_{}", 4, "Table: flawed variant, limit law at {} {:.2f}.",
+                 (0.35, 0.39, 0.26), 0.005, _fallback),
+    *_per_symbol("s4_wrong_obs_{}", 4, "Table: flawed variant, observed frequency of {} {:.5f}.",
+                 (0.35005, 0.38831, 0.26164), 5e-6, lambda i: _freq("fallback_p", i)),
     Claim("s4_max_dev_correct", 4,
           "In this run the correct frequencies differ from the target by less than 0.0016.",
           0.0016, 0.0, _max_dev_correct, relation="lt"),
