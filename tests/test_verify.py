@@ -135,6 +135,50 @@ def test_kernel_equals_algorithm_1_row_by_row(rows, bonus_position):
         assert (out.n_accepted[r], out.corrected[r], out.bonus[r]) == (n_acc, corrected, bonus)
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=verify_rows(), bonus_position=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_one_row_equals_its_row_of_the_batch(rows, bonus_position, seed):
+    """The one-row path (Python scalars) decides, draws and consumes the stream as the rows
+    path does: each row verified alone, with laws per row or shared, equals its batch row."""
+    p, q, props, k, u_accept, u_final = rows
+    if not bonus_position:
+        p = p[:, :-1]
+    batch = verify(p, q, props, k, u_accept=u_accept, u_final=u_final)
+    fields = ("tokens", "n_accepted", "n_emitted", "corrected", "bonus")
+    for r in range(len(k)):
+        one = slice(r, r + 1)
+        for pr, qr in ((p[one], q[one]), (p[r], q[r])):
+            alone = verify(pr, qr, props[one], k[one], u_accept=u_accept[one], u_final=u_final[one])
+            for f in fields:
+                got, want = getattr(alone, f), getattr(batch, f)[one]
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+        # with a Generator: the gamma accept uniforms first, then one for the final token
+        rng = np.random.default_rng(seed)
+        drawn = verify(p[one], q[one], props[one], k[one], rng)
+        ref = np.random.default_rng(seed)
+        ua = ref.random((1, q.shape[1]))
+        first = verify(p[one], q[one], props[one], k[one], u_accept=ua, u_final=np.zeros(1))
+        uf = ref.random(1) if first.corrected[0] or first.bonus[0] else np.zeros(1)
+        again = verify(p[one], q[one], props[one], k[one], u_accept=ua, u_final=uf)
+        np.testing.assert_array_equal(drawn.tokens, again.tokens)
+        assert rng.random() == ref.random()
+
+
+def test_a_seed_rng_is_one_generator_for_both_draws():
+    """An int rng seeds one Generator: the final draws follow the accept uniforms in its
+    stream (they do not restart it)."""
+    p = np.array([[0.0, 0.5, 0.5], [0.2, 0.4, 0.4]])     # p(0) = 0: the proposal 0 is rejected
+    q = np.array([[0.5, 0.25, 0.25]])                    # residual (0, 1/2, 1/2): u decides
+    for seed in range(20):
+        for rows in (1, 3):
+            props = np.zeros((rows, 1), dtype=np.int64)
+            out = verify(p, q, props, rng=seed)
+            ref = np.random.default_rng(seed)
+            want = verify(p, q, props, u_accept=ref.random((rows, 1)), u_final=ref.random(rows))
+            np.testing.assert_array_equal(out.tokens, want.tokens)
+
+
 @settings(max_examples=40, deadline=None)
 @given(rows=verify_rows(), seed=st.integers(0, 2**32 - 1))
 def test_rng_draws_accept_uniforms_then_one_per_final_token(rows, seed):
