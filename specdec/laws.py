@@ -29,6 +29,7 @@ __all__ = [
     "check_law",
     "check_pair",
     "check_int",
+    "check_real",
     "tv_distance",
     "softmax",
     "sampling_law",
@@ -202,6 +203,49 @@ def check_int(value, name: str, *, minimum: int | None = 1, maximum: int | None 
     if (minimum is not None and out < minimum) or (maximum is not None and out > maximum):
         raise ValueError(f"{name}: must be {rule} (got {out})")
     return out
+
+
+def check_real(value, name: str, interval: str) -> float:
+    """Validate a real parameter that must lie in ``interval`` (top-p, a TV distance...).
+
+    Parameters
+    ----------
+    value : float
+        The value to check (anything ``float()`` accepts).
+    name : str
+        Name used in error messages.
+    interval : str
+        The interval as the message writes it, e.g. ``"(0, 1]"``: brackets closed, parentheses open.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``value`` is not a real number (as ``float()`` raises them), or lies outside
+        ``interval`` (NaN lies outside every interval).
+
+    Examples
+    --------
+    >>> check_real(0.9, "top_p", "(0, 1]")
+    0.9
+    >>> check_real(0, "top_p", "(0, 1]")
+    Traceback (most recent call last):
+    ...
+    ValueError: top_p: must be in (0, 1] (got 0)
+    """
+    try:
+        x = float(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: must be a real number in {interval} (got {value!r})") from None
+    lo, hi = (float(b) for b in interval[1:-1].split(","))
+    above = lo < x if interval[0] == "(" else lo <= x
+    below = x < hi if interval[-1] == ")" else x <= hi
+    if not (above and below):
+        raise ValueError(f"{name}: must be in {interval} (got {value!r})")
+    return x
 
 
 def tv_distance(p, q) -> float:
@@ -381,13 +425,7 @@ def sampling_law(logits, *, temperature: float = 1.0, top_k: int | None = None,
     if top_k is not None:
         top_k = check_int(top_k, "top_k", minimum=1, maximum=v)
     if top_p is not None:
-        try:
-            tp = float(top_p)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"top_p: must be a real number in (0, 1] (got {top_p!r})") from None
-        if not (0.0 < tp <= 1.0):
-            raise ValueError(f"top_p: must be in (0, 1] (got {top_p!r})")
-        top_p = tp
+        top_p = check_real(top_p, "top_p", "(0, 1]")
 
     if t == 0.0:
         out = np.zeros(v)

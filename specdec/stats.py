@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, stats
 
-from .laws import LawError, check_int, check_law
+from .laws import LawError, check_int, check_law, check_real
 
 __all__ = [
     "GofResult",
@@ -608,12 +608,7 @@ def trials_to_detect(tv: float | None, *, false_alarm: float = 1e-9, power: floa
     else:
         if tv is None:
             raise ValueError("tv: required unless alternative is given")
-        try:
-            tv = float(tv)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"tv: must be a number in (0, 1] (got {tv!r})") from None
-        if not (0.0 < tv <= 1.0):
-            raise ValueError(f"tv: must be in (0, 1] (got {tv!r})")
+        tv = check_real(tv, "tv", "(0, 1]")
         if lw is not None and (lw > 0).sum() < 2:
             raise LawError("law: needs at least two tokens of positive probability to test")
         kl = _worst_case_kl(tv, lw)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis.extra.numpy import arrays
 from specdec.laws import (
     LawError,
     check_int,
+    check_real,
     check_law,
     check_pair,
     sampling_law,
@@ -99,6 +101,20 @@ def test_check_int_messages(value, kwargs, error, message):
         check_int(value, "gamma", **kwargs)
     assert type(err.value) is error
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("value, interval, error", [
+    (0.0, "(0, 1]", ValueError), (1.5, "(0, 1]", ValueError), (float("nan"), "[0, 1]", ValueError),
+    (1.0, "[0, 1)", ValueError), ("x", "(0, 1]", ValueError), (None, "(0, 1]", TypeError),
+])
+def test_check_real_names_the_argument_and_interval(value, interval, error):
+    with pytest.raises(error, match=rf"^top_p: must be (a real number )?in {re.escape(interval)}") as err:
+        check_real(value, "top_p", interval)
+    assert type(err.value) is error
+
+
+def test_check_real_accepts_the_closed_ends():
+    assert check_real(1, "top_p", "(0, 1]") == 1.0 and check_real(0, "x", "[0, 1)") == 0.0
 
 
 def test_check_int_accepts_integral_values():

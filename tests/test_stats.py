@@ -213,7 +213,8 @@ def test_trials_to_detect_law_free_worst_case():
     [
         ((0.0,), {}, ValueError, "tv: must be in (0, 1]"),
         ((1.5,), {}, ValueError, "tv: must be in (0, 1]"),
-        (("big",), {}, ValueError, "tv: must be a number in (0, 1]"),
+        (("big",), {}, ValueError, "tv: must be a real number in (0, 1]"),
+        ((float("nan"),), {}, ValueError, "tv: must be in (0, 1]"),
         ((None,), {}, ValueError, "tv: required unless alternative is given"),
         ((0.1,), {"alternative": [0.5, 0.5]}, LawError, "alternative: requires law"),
         ((0.1,), {"law": [0.5, 0.5], "alternative": [0.3, 0.7]}, ValueError,
