@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     sys.modules[spec.name] = engine
     spec.loader.exec_module(engine)
     engine.build()
-    for name in ("target", "target_wide", "draft"):
+    for name in engine.models():
         engine.convert(name)
     source = REPO / "notebooks" / "08-measurement.md"
     load_before = os.getloadavg()[0]

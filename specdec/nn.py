@@ -16,7 +16,9 @@ positions in one pass; :meth:`KVCache.truncate` rolls back the unconfirmed tail 
 rejection. Sequences of a batch may have different lengths (ragged speculative batches):
 new tokens are right-padded and every row uses its own positions and causal mask.
 
-Everything is float32 (weights, activations, cache); logits are returned as float32.
+Everything is computed in float32 (weights, activations, cache); logits are returned as
+float32. A weight file may store float16 (the large target does, to keep the committed
+weights small); it is converted to float32 when loaded.
 
 References
 ----------
@@ -501,7 +503,8 @@ def load_manifest(models_dir: str | Path | None = None) -> dict:
 
 
 def load_model(name: str, models_dir: str | Path | None = None) -> Transformer:
-    """Load a committed model by name: ``"target"``, ``"draft"`` or ``"target_wide"``.
+    """Load a committed model by name: ``"target"``, ``"draft"``, ``"target_wide"`` or
+    ``"target_large"`` (the deep target grown by Net2Net and fine-tuned, float16 on disk).
 
     Examples
     --------

@@ -107,3 +107,15 @@ def test_g_against_lines_mentions_exactly_the_points_outside(g):
     outside = [k for k in g if g[k] > k + 1 or g[k] < 1]
     assert ("Every measured g lies between" in s) == (not outside)
     assert ("no measured g lies between" in s) == (len(outside) == len(g))
+def test_scale_sentences_both_ways():
+    assert "above 1.5× by more than half" in t.pays_verdict(2.0, 0.2, 1.5, "At x,")
+    assert "by less than half" in t.pays_verdict(1.55, 0.3, 1.5, "At x,")
+    assert "does not reach" in t.pays_verdict(1.3, 0.1, 1.5, "At x,")
+    assert "within 15%" in t.model_agreement(1.9, 2.0, 0.15)
+    assert "5% below" in t.model_agreement(1.9, 2.0, 0.15)
+    assert "more than 15% off" in t.model_agreement(1.5, 2.0, 0.15)
+    assert "20% above" in t.model_agreement(2.4, 2.0, 0.15)
+    assert "grows with the weights, from 0.80× " in t.scale_trend([6, 13, 85], [0.8, 0.7, 2.0])
+    assert "not at every step" in t.scale_trend([6, 13, 85], [0.8, 0.7, 2.0])
+    assert "not at every" not in t.scale_trend([6, 13, 85], [0.6, 0.7, 2.0])
+    assert "does not grow" in t.scale_trend([85, 6], [0.9, 1.0])

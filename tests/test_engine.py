@@ -203,10 +203,10 @@ def test_harness_against_the_real_server(server_binary):
     assert texts["baseline"] == texts["spec"]
 
 
-def _law_and_draws(url, prompt, n, extra=None):
+def _law_and_draws(url, prompt, n, extra=None, target="target"):
     tokens = ex.first_tokens(cl.Endpoint(url), prompt, n, k=2, seed=1000,
                              pad=engine.EOS_BYTE, extra=extra)
-    law = dec.target_sequence_law(nn.load_model("target"), prompt, 2)
+    law = dec.target_sequence_law(nn.load_model(target), prompt, 2)
     return tokens, ex.pad_law(law, engine.EOS_BYTE)
 
 
@@ -227,6 +227,18 @@ def test_served_engine_is_exact_with_and_without_draft(server_binary):
     assert ex.two_sample(plain, drafted).passed
     # one random draw per emitted token: the same seed gives the same text
     assert ex.same_seed_identity(list(long_a), list(long_b))["different"] == 0
+
+
+@pytest.mark.slow
+def test_served_large_target_is_exact_with_the_draft(server_binary):
+    """The calibrated check of chapter 8 on the memory-bound target (float16 on disk,
+    float32 GGUF): the speculative server's law of two bytes is the target's exact law."""
+    prompt = nn.load_heldout()["it"]["prompts"][0]
+    with engine.serve("target_large", "draft", gamma=4, parallel=4, exact_cache=True) as spec:
+        drafted, law = _law_and_draws(spec.url, prompt, 1000, target="target_large")
+    check = ex.check_law(drafted, law)           # fails with probability <= 1e-6
+    assert check.passed, check.message
+    assert check.detectable_tv < 0.35            # set by the law and the trials
 
 
 @pytest.mark.slow

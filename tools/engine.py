@@ -9,10 +9,12 @@ Tooling, not library: the book's build, the tests and ``make engine`` use it to
   ``llama-server/<key>/``, where the key hashes the source and the build flags; a build
   that is present is reused (``GGML_NATIVE=ON`` makes it specific to this machine's CPU);
 * **convert** the book's models (``models/*.npz``, :mod:`specdec.nn`) to GGUF with the
-  ``gguf`` package: architecture ``gpt2`` (learned positions, pre-LayerNorm, tanh GELU,
-  head tied to the token embedding), zero biases (llama.cpp requires them), a 256-token
-  byte-level BPE vocabulary (token id = byte, GPT-2's byte-to-unicode map, one inert
-  merge because an empty merge list is refused), BOS and EOS set to byte 0xFF, which
+  ``gguf`` package, float32 tensors whatever the storage of the ``.npz`` (the large
+  target is stored as float16 and computed in float32, in numpy and here): architecture
+  ``gpt2`` (learned positions, pre-LayerNorm, tanh GELU, head tied to the token
+  embedding), zero biases (llama.cpp requires them), a 256-token byte-level BPE
+  vocabulary (token id = byte, GPT-2's byte-to-unicode map, one inert merge because an
+  empty merge list is refused), BOS and EOS set to byte 0xFF, which
   never occurs in UTF-8 text;
 * **serve**: :func:`serve` starts the server on 127.0.0.1 on a free port, with or without
   the draft (``-md draft.gguf --spec-type draft-simple --spec-draft-n-max gamma``: ``-md``
@@ -231,6 +233,13 @@ def _byte_vocab() -> list[str]:
     return [chars[b] for b in range(256)]
 
 
+def models() -> tuple[str, ...]:
+    """Names of the book's models: every model of the committed manifest."""
+    from specdec import nn
+
+    return tuple(nn.load_manifest()["models"])
+
+
 def gguf_path(name: str) -> Path:
     from specdec import nn
 
@@ -351,7 +360,8 @@ def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
     Parameters
     ----------
     target, draft : str
-        Names of the book's models (``target``, ``target_wide``, ``draft``); no draft:
+        Names of the book's models (``target``, ``target_wide``, ``target_large``,
+        ``draft``); no draft:
         plain decoding.
     gamma : int
         Draft length (``--spec-draft-n-max``; ``--spec-draft-n-min 0``, ``p-min 0``).
@@ -439,10 +449,10 @@ def main(argv=None) -> int:
             adopt(args.dir)
         elif args.cmd == "build":
             build(args.jobs)
-            for name in ("target", "target_wide", "draft"):
+            for name in models():
                 convert(name)
         elif args.cmd == "convert":
-            for name in ("target", "target_wide", "draft"):
+            for name in models():
                 print(convert(name))
         elif args.cmd == "path":
             print(build())

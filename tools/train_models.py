@@ -82,12 +82,25 @@ ARCHS = {
     "target": dict(n_layers=8, d_model=128, n_heads=4, context=128, vocab_size=256),
     "draft": dict(n_layers=1, d_model=64, n_heads=4, context=128, vocab_size=256),
     "target_wide": dict(n_layers=4, d_model=256, n_heads=4, context=128, vocab_size=256),
+    # grown from the trained deep target (Net2Net, see GROWTH), then fine-tuned
+    "target_large": dict(n_layers=12, d_model=384, n_heads=4, context=128, vocab_size=256),
 }
 TRAINING = {
     "target": dict(steps=900, batch=32, lr=2e-3, seed=11),
     "draft": dict(steps=500, batch=32, lr=5e-3, seed=12),
     "target_wide": dict(steps=300, batch=32, lr=1.5e-3, seed=13),
+    "target_large": dict(steps=60, batch=16, lr=3e-4, seed=14),
 }
+# Function-preserving growth (Chen, Goodfellow, Shlens 2016, Net2Net): target_large starts
+# as the trained deep target widened by `widen` (every unit of the residual stream, of each
+# head and of the MLP copied `widen` times, incoming weights split) and deepened by
+# `new_layers` blocks whose output projections are zero (identity blocks), so that before
+# fine-tuning it computes the deep target's function. `noise` (relative to each matrix's
+# standard deviation) breaks the symmetry of the copies, as in the paper.
+GROWTH = {"target_large": dict(base="target", widen=3, new_layers=4, noise=0.01)}
+# Weights stored as float16 in the .npz (computed in float32 by specdec.nn): the large
+# target would otherwise exceed the repository's weight budget.
+STORAGE = {"target_large": "float16"}
 CORPUS_SEED = 7
 THREADS = 2
 # Reproduction tolerance, bits per byte (absolute) on the committed held-out sample. With
@@ -298,6 +311,96 @@ def from_numpy_weights(model, weights: dict[str, np.ndarray]):
     return model
 
 
+def grow(weights: dict[str, np.ndarray], arch: dict, widen: int, new_layers: int = 0,
+         noise: float = 0.0, rng: np.random.Generator | None = None
+         ) -> tuple[dict[str, np.ndarray], dict]:
+    """Net2Net growth of a :mod:`specdec.nn` model: wider by ``widen``, deeper by ``new_layers``.
+
+    Chen, Goodfellow, Shlens (2016), Net2Net: Accelerating learning via knowledge
+    transfer, ICLR, sections 2.2 (Net2WiderNet) and 2.3 (Net2DeeperNet), applied to the
+    pre-LayerNorm transformer of :mod:`specdec.nn`:
+
+    * every unit ``i`` of the wider residual stream, of a wider head and of the wider
+      MLP copies unit ``i // widen`` of the original (heads stay whole: head ``j`` of the
+      grown model holds the copies of head ``j``'s units); a LayerNorm of a vector whose
+      units are each repeated ``widen`` times has the same mean and variance, so its
+      output is the repeated output;
+    * a matrix reading a repeated vector has its rows copied and divided by ``widen``
+      (the split of the paper), a matrix writing one has its columns copied; the queries
+      are further divided by ``sqrt(widen)`` because the attention scale
+      ``1/sqrt(head_dim)`` shrinks by that factor; the final LayerNorm is divided by
+      ``widen`` because the output head is tied to the (copied) token embedding;
+    * new blocks appended at the top have zero attention and MLP output projections,
+      so each is the identity on the residual stream (its other matrices are random,
+      N(0, 0.02), so that gradients reach the projections).
+
+    With ``noise = 0`` the grown model computes the same logits as the original (up to
+    float rounding; tested). ``noise > 0`` adds N(0, (noise * std)^2) to every grown
+    matrix (std of the matrix) to break the symmetry between copies before training.
+
+    Parameters
+    ----------
+    weights : dict of str to numpy.ndarray
+        The original model's parameters in the numpy layout (linear weights (in, out)).
+    arch : dict
+        Its architecture (``n_layers``, ``d_model``, ``n_heads``, ``context``, ``vocab_size``).
+    widen : int
+        Width factor, >= 1.
+    new_layers : int
+        Identity blocks appended, >= 0.
+    noise : float
+        Relative symmetry-breaking noise, >= 0.
+    rng : numpy.random.Generator, optional
+        Needed when ``noise > 0`` or ``new_layers > 0``.
+
+    Returns
+    -------
+    (dict, dict)
+        The grown parameters (float32) and architecture.
+    """
+    if not (isinstance(widen, int) and widen >= 1):
+        raise ValueError(f"widen: must be an integer >= 1 (got {widen!r})")
+    if not (isinstance(new_layers, int) and new_layers >= 0):
+        raise ValueError(f"new_layers: must be an integer >= 0 (got {new_layers!r})")
+    if not noise >= 0:
+        raise ValueError(f"noise: must be >= 0 (got {noise!r})")
+    if rng is None and (noise > 0 or new_layers > 0):
+        raise ValueError("rng: needed for noise > 0 or new_layers > 0")
+    k, d, n_layers = widen, arch["d_model"], arch["n_layers"]
+    units, hidden = np.arange(k * d) // k, np.arange(4 * k * d) // k
+    w = {name: np.asarray(a, dtype=np.float64) for name, a in weights.items()}
+    out = {"tok_emb.weight": w["tok_emb.weight"][:, units],
+           "pos_emb.weight": w["pos_emb.weight"][:, units],
+           "ln_f.weight": w["ln_f.weight"][units] / k, "ln_f.bias": w["ln_f.bias"][units] / k}
+    for i in range(n_layers):
+        p = f"blocks.{i}."
+        for name in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"):
+            out[p + name] = w[p + name][units]
+        qkv = w[p + "qkv.weight"]
+        q, key, v = (qkv[:, j * d:(j + 1) * d][units][:, units] / k for j in range(3))
+        out[p + "qkv.weight"] = np.concatenate([q / math.sqrt(k), key, v], axis=1)
+        out[p + "proj.weight"] = w[p + "proj.weight"][units][:, units] / k
+        out[p + "fc.weight"] = w[p + "fc.weight"][units][:, hidden] / k
+        out[p + "out.weight"] = w[p + "out.weight"][hidden][:, units] / k
+    wide = k * d
+    for i in range(n_layers, n_layers + new_layers):
+        p = f"blocks.{i}."
+        out.update({p + "ln1.weight": np.ones(wide), p + "ln1.bias": np.zeros(wide),
+                    p + "ln2.weight": np.ones(wide), p + "ln2.bias": np.zeros(wide),
+                    p + "qkv.weight": 0.02 * rng.standard_normal((wide, 3 * wide)),
+                    p + "proj.weight": np.zeros((wide, wide)),
+                    p + "fc.weight": 0.02 * rng.standard_normal((wide, 4 * wide)),
+                    p + "out.weight": np.zeros((4 * wide, wide))})
+    if noise > 0:
+        for name in sorted(out):
+            a = out[name]
+            std = float(a.std()) if a.ndim == 2 else 0.0
+            if std > 0:                         # zero projections stay zero
+                out[name] = a + noise * std * rng.standard_normal(a.shape)
+    grown = dict(arch, n_layers=n_layers + new_layers, d_model=wide)
+    return {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in out.items()}, grown
+
+
 def batches(corpus_train: dict[str, bytes], batch: int, context: int, rng: np.random.Generator):
     """Random windows of ``context + 1`` bytes, the same number from every language."""
     arrays = [np.frombuffer(corpus_train[lang], dtype=np.uint8) for lang in LANGUAGES]
@@ -318,6 +421,16 @@ def train_one(name: str, corpus: Corpus, out: Path = MODELS_DIR, log=print) -> d
     torch.manual_seed(cfg["seed"])
     rng = np.random.default_rng(cfg["seed"])
     model = torch_model(arch)
+    growth = GROWTH.get(name)
+    if growth is not None:                      # Net2Net: start from the trained base model
+        from specdec import nn as snn
+        base = snn.Transformer.load(out / f"{growth['base']}.npz", growth["base"])
+        grown, grown_arch = grow(base.weights, ARCHS[growth["base"]], growth["widen"],
+                                 growth["new_layers"], growth["noise"],
+                                 np.random.default_rng([cfg["seed"], 1]))
+        if grown_arch != arch:
+            raise ValueError(f"{name}: growth gives {grown_arch}, ARCHS says {arch}")
+        from_numpy_weights(model, grown)
     decay = [p for n, p in model.named_parameters() if p.ndim == 2]
     other = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -339,23 +452,31 @@ def train_one(name: str, corpus: Corpus, out: Path = MODELS_DIR, log=print) -> d
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if step % 100 == 0 or step == steps - 1:
+        if step % 100 == 0 or step == steps - 1 or (name in GROWTH and step % 10 == 0):
             log(f"[{name}] step {step:5d}/{steps} loss {loss.item():.4f} "
                 f"({(time.perf_counter() - start):.0f} s)")
     seconds = time.perf_counter() - start
+    storage = STORAGE.get(name, "float32")
+    if storage != "float32":                    # evaluate the weights that are stored
+        from_numpy_weights(model, {k: v.astype(storage).astype(np.float32)
+                                   for k, v in to_numpy_weights(model).items()})
     model.eval()
     heldout_bpb = {}
     with torch.no_grad():
         for lang in LANGUAGES:
             data = "".join(it + SEPARATOR for it in corpus.heldout_items[lang]).encode("utf-8")
             heldout_bpb[lang] = torch_bits_per_byte(model, data, arch["context"])
-    weights = to_numpy_weights(model)
+    weights = {k: v.astype(storage) for k, v in to_numpy_weights(model).items()}
     n_params = int(sum(p.numel() for p in model.parameters()))
     np.savez(out / f"{name}.npz", **weights)
     info = dict(name=name, architecture=arch, training=dict(cfg, threads=THREADS,
                 optimizer="AdamW(betas=(0.9, 0.95), weight_decay=0.1 on matrices)",
                 schedule="linear warm-up 5%, cosine decay", grad_clip=1.0,
-                windows_per_language_per_batch=cfg["batch"] // len(LANGUAGES)),
+                windows_per_language_per_batch=cfg["batch"] // len(LANGUAGES),
+                **({"growth": dict(GROWTH[name], method="Net2Net (Chen, Goodfellow, "
+                                   "Shlens 2016): widened, identity blocks appended")}
+                   if name in GROWTH else {})),
+                storage=storage,
                 parameters=n_params, training_seconds=round(seconds, 1),
                 final_train_loss_nats=round(float(np.mean(losses[-50:])), 4),
                 heldout_bits_per_byte_full=heldout_bpb)

@@ -12,7 +12,7 @@ from __future__ import annotations
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "rule_comparison",
            "served_speedup", "served_vs_book", "disturbance_note", "goodput_trend",
-           "g_against_lines"]
+           "g_against_lines", "pays_verdict", "model_agreement", "scale_trend"]
 
 
 def _clear(diff: float, spread: float) -> bool:
@@ -229,3 +229,38 @@ def g_against_lines(curves) -> str:
             else "; no measured g lies between the two grey lines")
     text = "; ".join(parts) + rest + "."
     return text[0].upper() + text[1:]
+def pays_verdict(speedup: float, spread: float, mark: float, setting: str) -> str:
+    """Whether the best measured setting reaches ``mark`` (e.g. 1.5×), given its spread."""
+    if speedup - spread / 2 >= mark:
+        return (f"{setting} the draft gives {speedup:.2f}× (interquartile range "
+                f"{spread:.2f}): above {mark:.1f}× by more than half its spread")
+    if speedup >= mark:
+        return (f"{setting} the draft gives {speedup:.2f}× (interquartile range "
+                f"{spread:.2f}): a median above {mark:.1f}×, by less than half its spread")
+    return (f"{setting} the draft gives {speedup:.2f}× (interquartile range "
+            f"{spread:.2f}): below {mark:.1f}×, so this run does not reach that mark")
+
+
+def model_agreement(predicted: float, measured: float, tolerance: float) -> str:
+    """The cost model's prediction against the measured speedup (relative error)."""
+    err = predicted / measured - 1.0
+    side = "above" if err > 0 else "below"
+    if abs(err) <= tolerance:
+        return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
+                f"measurement, within {tolerance:.0%}")
+    return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
+            f"measurement: more than {tolerance:.0%} off, so something the model does not "
+            f"see (per-cycle overhead, a disturbed pass time) is a visible share of a cycle")
+
+
+def scale_trend(sizes, speedups) -> str:
+    """How the median speedup moves from the smallest to the largest target."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    lo, hi = speedups[order[0]], speedups[order[-1]]
+    rising = all(speedups[a] <= speedups[b] for a, b in zip(order, order[1:]))
+    if hi > lo:
+        return (f"the speedup grows with the weights, from {lo:.2f}× for the smallest target "
+                f"to {hi:.2f}× for the largest" + ("" if rising else
+                                                   ", though not at every step"))
+    return (f"the speedup does not grow with the weights here ({lo:.2f}× for the smallest "
+            f"target, {hi:.2f}× for the largest)")

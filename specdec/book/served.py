@@ -35,7 +35,8 @@ from .. import nn
 from ..client import exactness as ex
 from ..measure import rotation
 
-__all__ = ["load_engine", "rule_acceptance", "ServedStudy", "run_served_study"]
+__all__ = ["load_engine", "rule_acceptance", "ServedStudy", "run_served_study", "pass_times",
+           "weight_bytes", "ScaleStudy", "run_scale_study"]
 
 
 def load_engine():
@@ -196,3 +197,207 @@ def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: 
     return ServedStudy(exactness=exactness, paired=paired, rates=rate_rows,
                        acceptance=acceptance, metadata=meta,
                        seconds=time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------ scale study
+def _one(endpoint: cl.Endpoint, prompt: str, max_tokens: int) -> dict:
+    """The engine's ``timings`` of one greedy request (llama.cpp reuses the cached prefix)."""
+    spec = cl.RequestSpec("cost", prompt, max_tokens, cl.plain_sampling(0.0), 0,
+                          extra={"cache_prompt": True})
+    return dict(cl.closed_loop(endpoint, [spec]).records[0].timings)
+
+
+def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Sequence[int],
+               repeats: int) -> list[dict]:
+    """Wall time of one forward pass over ``k`` new positions, per server, as the engine
+    times it (llama.cpp's ``timings.prompt_ms`` with ``timings.prompt_n == k``).
+
+    For every repeat, server (in an order that rotates with the repeat) and ``k`` in
+    ``positions``: a request with ``prefix`` fills the server's cache, then a request with
+    ``prefix + continuation[:k]`` makes the engine evaluate only the ``k`` new bytes in one
+    batch: a target pass scoring ``k`` positions, the same kernel calls a verification
+    pass of ``gamma + 1 = k`` positions makes (with logits for the last position only,
+    256 of them: a negligible share). ``prefix`` and ``continuation`` must be ASCII so
+    that characters are bytes are tokens. Rows where the engine evaluated another number
+    of positions than ``k`` (it re-evaluates a cached byte when the new text starts with
+    the byte it generated) are kept with their own ``prompt_n``.
+
+    Returns
+    -------
+    list of dict
+        ``server``, ``repeat``, ``positions`` (the engine's ``prompt_n``), ``ms``.
+    """
+    if not (prefix.isascii() and continuation.isascii()):
+        raise ValueError("prefix, continuation: must be ASCII (one byte, one token)")
+    if max(positions) > len(continuation):
+        raise ValueError(f"continuation: needs at least {max(positions)} characters")
+    rows = []
+    for r in range(repeats):
+        for name in rotation(list(endpoints), r):
+            for k in rotation(list(positions), r):
+                _one(endpoints[name], prefix, 1)
+                t = _one(endpoints[name], prefix + continuation[:k], 1)
+                rows.append({"server": name, "repeat": r, "positions": int(t["prompt_n"]),
+                             "ms": float(t["prompt_ms"])})
+    return rows
+
+
+def _fastest_and_median(rows, server, k):
+    ms = [x["ms"] for x in rows if x["server"] == server and x["positions"] == k]
+    if not ms:
+        raise RuntimeError(f"no pass of {k} positions measured on {server}")
+    return float(np.min(ms)), float(np.median(ms))
+
+
+def last_level_cache() -> int | None:
+    """Size in bytes of the largest CPU cache of processor 0 (Linux sysfs), None when the
+    system does not say."""
+    best = None
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        try:
+            size = int(text.rstrip("KMG")) * scale
+        except ValueError:
+            continue
+        if best is None or level > best[0]:
+            best = (level, size)
+    return None if best is None else best[1]
+
+
+def weight_bytes(model: nn.Transformer) -> int:
+    """Bytes of float32 weights one step of ``model`` reads (the tied head counted once)."""
+    return 4 * model.n_parameters
+
+
+@dataclass(frozen=True)
+class ScaleStudy:
+    """Speculation against the target's weight size on llama-server (see
+    :func:`run_scale_study`)."""
+
+    targets: list
+    passes: list
+    paired: dict
+    concurrency: list
+    metadata: dict
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "target_wide",
+                                                                  "target_large"),
+                    gamma: int = 4, temperature: float = 0.0,
+                    languages: Sequence[str] = nn.LANGUAGES, prompts_per_language: int = 2,
+                    max_tokens: int = 64, repeats: int = 3, cost_repeats: int = 12,
+                    concurrency_target: str = "target_large",
+                    concurrencies: Sequence[int] = (1, 2, 4), concurrency_repeats: int = 2,
+                    log=lambda *_: None) -> ScaleStudy:
+    """The served protocol for targets of growing weight size, with the cost model.
+
+    For every target: a plain and a speculative llama-server (the book's draft, draft
+    length ``gamma``, one slot, one thread); the paired, interleaved protocol per language
+    at ``temperature`` (:func:`specdec.client.paired`); and, interleaved with the draft
+    served alone, the engine's own time of a one-position pass and of a
+    ``gamma + 1``-position pass (:func:`pass_times`), which give
+
+    * ``c``: the draft's one-position pass over the target's (median over repeats);
+    * ``g``: the target's ``gamma + 1``-position pass over its one-position pass;
+    * ``E``: tokens per target pass, ``1 + gamma * a`` with ``a`` the acceptance the server
+      reports (accepted over drafted bytes: every cycle drafts ``gamma`` bytes);
+    * the cost model's speedup ``E / (gamma c + g)`` (Leviathan et al. 2023, section 3.4,
+      with a measured verification cost ``g`` in place of 1), beside the measured median
+      paired speedup and its interquartile range.
+
+    Then ``concurrency_target`` is run at each of ``concurrencies`` requests in flight
+    (closed loop, as many slots, prompts of all languages mixed), plain against
+    speculative, paired: the gain as the batch grows.
+
+    Returns
+    -------
+    ScaleStudy
+        ``targets``: one row per target and language; ``passes``: every pass time;
+        ``paired``: the protocol's output per target; ``concurrency``: rows per
+        concurrency; ``metadata``; ``seconds``.
+    """
+    if not (isinstance(gamma, int) and gamma >= 1):
+        raise ValueError(f"gamma: must be an integer >= 1 (got {gamma!r})")
+    t0 = time.perf_counter()
+    engine = load_engine()
+    engine.build(log=log)
+    held = nn.load_heldout()
+    prompts = {lang: held[lang]["prompts"][:prompts_per_language] for lang in languages}
+    text = held["en"]["text"]
+    ascii_text = "".join(ch for ch in text if ch.isascii() and ch.isprintable())
+    prefix, continuation = ascii_text[:48], ascii_text[48:48 + gamma + 1]
+    sampling = cl.plain_sampling(temperature)
+    rows, passes, paired_out, models = [], [], {}, {}
+    draft = nn.load_model("draft")
+    for name in targets:
+        model = nn.load_model(name)
+        models[name] = {"parameters": model.n_parameters, "layers": model.config.n_layers,
+                        "d_model": model.config.d_model, "weight_bytes": weight_bytes(model)}
+        with engine.serve(name, log=log) as base, \
+                engine.serve(name, "draft", gamma, log=log) as spec, \
+                engine.serve("draft", log=log) as alone:
+            eps = {"baseline": cl.Endpoint(base.url), "speculative": cl.Endpoint(spec.url)}
+            got = pass_times({"target": eps["baseline"], "draft": cl.Endpoint(alone.url)},
+                             prefix, continuation, (1, gamma + 1), cost_repeats)
+            passes += [dict(x, target=name) for x in got]
+            paired_out[name] = cl.paired(eps, prompts, baseline="baseline", repeats=repeats,
+                                         max_tokens=max_tokens, sampling=sampling, seed=seed)
+        t1, t1_med = _fastest_and_median(got, "target", 1)
+        tv, tv_med = _fastest_and_median(got, "target", gamma + 1)
+        d1, d1_med = _fastest_and_median(got, "draft", 1)
+        c, g = d1_med / t1_med, tv_med / t1_med
+        for row in paired_out[name]["rows"]:
+            if row["setting"] != "speculative":
+                continue
+            e = 1.0 + gamma * row["acceptance"]
+            rows.append({"target": name, "language": row["language"], "gamma": gamma,
+                         "temperature": temperature, **models[name],
+                         "target_pass_ms": t1_med, "target_pass_ms_fastest": t1,
+                         "verify_pass_ms": tv_med, "draft_pass_ms": d1_med,
+                         "disturbance": max(t1_med / t1, tv_med / tv, d1_med / d1) - 1.0,
+                         "c": c, "g": g, "acceptance": row["acceptance"], "E": e,
+                         "predicted_speedup": e / (gamma * c + g),
+                         "speedup": row["speedup"], "speedup_iqr": row["speedup_iqr"],
+                         "baseline_throughput": next(
+                             r["output_throughput"] for r in paired_out[name]["rows"]
+                             if r["language"] == row["language"] and r["setting"] == "baseline"),
+                         "throughput": row["output_throughput"]})
+    conc_rows = []
+    if concurrency_target:
+        mixed = [p for k in range(prompts_per_language) for lang in languages
+                 for p in prompts[lang][k:k + 1]]
+        need = max(concurrencies)
+        mixed = (mixed * (need // len(mixed) + 2))[:max(need * 2, len(mixed))]
+        with engine.serve(concurrency_target, parallel=need, log=log) as base, \
+                engine.serve(concurrency_target, "draft", gamma, parallel=need,
+                             log=log) as spec:
+            eps = {"baseline": cl.Endpoint(base.url), "speculative": cl.Endpoint(spec.url)}
+            for n in concurrencies:
+                out = cl.paired(eps, {"mixed": mixed}, baseline="baseline",
+                                repeats=concurrency_repeats, max_tokens=max_tokens,
+                                sampling=sampling, seed=seed, concurrency=n)
+                row = next(r for r in out["rows"] if r["setting"] == "speculative")
+                base_row = next(r for r in out["rows"] if r["setting"] == "baseline")
+                conc_rows.append({"target": concurrency_target, "concurrency": n,
+                                  "speedup": row["speedup"], "speedup_iqr": row["speedup_iqr"],
+                                  "acceptance": row["acceptance"],
+                                  "baseline_throughput": base_row["output_throughput"],
+                                  "throughput": row["output_throughput"]})
+    meta = {"engine": _version(engine.server_binary(), engine), "gamma": gamma,
+            "temperature": temperature, "threads": 1, "max_tokens": max_tokens,
+            "repeats": repeats, "cost_repeats": cost_repeats, "seed": seed,
+            "prompts_per_language": prompts_per_language, "models": models,
+            "draft": {"parameters": draft.n_parameters, "weight_bytes": weight_bytes(draft)},
+            "concurrency_target": concurrency_target, "concurrencies": list(concurrencies),
+            "cost_prefix_bytes": len(prefix), "last_level_cache_bytes": last_level_cache()}
+    return ScaleStudy(targets=rows, passes=passes, paired=paired_out, concurrency=conc_rows,
+                      metadata=meta, seconds=time.perf_counter() - t0)
