@@ -7,6 +7,8 @@ Prints, from a single run:
 * the rate at which numpy's Generator alone produces the float32 uniforms that engine
   consumes (same chunking), i.e. the ceiling set by random-number generation;
 * the pure-Python reference protocol (:func:`specdec.simulate.article_reference_run`);
+* the scalar sampler :func:`specdec.token.sample_step` (one kernel call on one row per
+  step: the path of the kit's scalar samplers and of appendix A2), in steps per second;
 * the ratios between them, and the engine with all rules at once;
 * the tracemalloc peak of the engine for two trial counts (memory must stay flat).
 
@@ -29,10 +31,11 @@ import numpy as np  # noqa: E402
 from specdec.simulate import article_reference_run, simulate_step  # noqa: E402
 from _common import best_time, pin_to_one_core  # noqa: E402
 from specdec.flaws import CORRECT, FALLBACK_P, STEP_RULES  # noqa: E402
-from specdec.token import ARTICLE_P, ARTICLE_Q, rejection_probability  # noqa: E402
+from specdec.token import ARTICLE_P, ARTICLE_Q, rejection_probability, sample_step  # noqa: E402
 
 TRIALS = 200_000_000  # engine trials per repeat
 PY_TRIALS = 200_000  # the article's run
+SCALAR_STEPS = 20_000  # token.sample_step calls
 CHUNK = 2**20
 REPEATS = 3
 RULES_MAIN = (CORRECT, FALLBACK_P)
@@ -64,6 +67,13 @@ def python_seconds() -> float:
     return best_time(lambda: article_reference_run(PY_TRIALS), repeats=1)[0]
 
 
+def scalar_seconds() -> float:
+    """Time of ``SCALAR_STEPS`` calls of the scalar sampler (validation, draw, kernel on one row)."""
+    rng = np.random.default_rng(3)
+    p, q = np.array(ARTICLE_P), np.array(ARTICLE_Q)
+    return best_time(lambda: [sample_step(p, q, rng) for _ in range(SCALAR_STEPS)], REPEATS)[0]
+
+
 def peak_bytes(trials: int) -> int:
     rng = np.random.default_rng(0)
     tracemalloc.start()
@@ -85,6 +95,7 @@ def main() -> int:
     t_engine = engine_seconds(TRIALS)
     t_uniforms = uniforms_seconds(consumed)
     t_python = python_seconds()
+    t_scalar = scalar_seconds()
     t_all = engine_seconds(TRIALS // 4, STEP_RULES)
 
     r_engine = TRIALS / t_engine
@@ -96,6 +107,7 @@ def main() -> int:
     print(f"{'numpy Generator alone (same uniforms)':44s} {r_uniform / 1e6:10.1f} M trials/s "
           f"({consumed / t_uniforms / 1e6:.0f} M float32 uniforms/s)")
     print(f"{'pure-Python reference protocol':44s} {r_python / 1e6:10.3f} M trials/s")
+    print(f"{'token.sample_step (scalar, one row per call)':44s} {SCALAR_STEPS / t_scalar / 1e3:10.1f} k steps/s")
     print(f"{'engine, all ' + str(len(STEP_RULES)) + ' rules at once':44s} {r_all / 1e6:10.1f} M trials/s")
     print(f"ratio engine / uniforms alone   = {r_engine / r_uniform:8.2f}")
     print(f"ratio engine / pure Python      = {r_engine / r_python:8.0f}")
