@@ -75,6 +75,10 @@ class StepRule:
     residual); :class:`Speculative` is that rule, and each flaw is a subclass that
     overrides the one part it gets wrong. Laws ``p`` and ``q`` are validated arrays of
     shape (V,) (:func:`specdec.laws.check_pair`).
+
+    The accept step has two faces that must agree: :meth:`acceptance` (the probabilities
+    the exact law is computed from) and :meth:`accepts` (the test :meth:`sample` runs). A
+    flaw in the accept test overrides both, or its law and its sampler disagree.
     """
 
     name: ClassVar[str] = "correct"

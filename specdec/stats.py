@@ -1179,6 +1179,9 @@ def noncentrality(dof: int, level: float, power: float) -> float:
     for name, x in (("level", level), ("power", power)):
         if not (0.0 < x < 1.0):
             raise ValueError(f"{name}: must be in (0, 1) (got {x!r})")
+    if not power > level:
+        raise ValueError(f"power: must exceed level (got power {power!r} <= level {level!r}): "
+                         "the test rejects a true law with probability level already")
     return _noncentrality(dof, float(level), float(power))
 
 
@@ -1282,7 +1285,8 @@ def detectable_tv(trials: int, dof: int, level: float, power: float) -> float:
     Returns
     -------
     float
-        TV distance (probability), on the test's bins.
+        TV distance (probability), on the test's bins; 1 when even the largest possible
+        distance is not detected with that power (too few trials).
 
     Raises
     ------
@@ -1301,7 +1305,7 @@ def detectable_tv(trials: int, dof: int, level: float, power: float) -> float:
             raise ValueError(f"{name}: must be in (0, 1) (got {x!r})")
     if dof == 0:
         return float(-math.expm1(math.log1p(-power) / trials))
-    return float(math.sqrt(noncentrality(dof, level, power) / (4.0 * trials)))
+    return min(1.0, float(math.sqrt(noncentrality(dof, level, power) / (4.0 * trials))))
 
 
 def holm_adjust(pvalues) -> np.ndarray:

@@ -204,12 +204,18 @@ class Verified:
 
 def _check_shapes(p, q, proposals, n_proposed):
     """Validated arrays; ``p`` and ``q`` with a leading axis of 1 (shared) or ``rows`` laws."""
-    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    try:
+        p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"p, q: must be arrays of probabilities ({exc})") from None
     props = np.asarray(proposals)
     if props.ndim != 2 or (props.size and props.dtype.kind not in "iu"):
         raise ValueError(f"proposals: must be integer token ids of shape (rows, gamma) "
                          f"(got {props.dtype} {props.shape})")
     rows, gamma = props.shape
+    if rows == 0:
+        raise ValueError("proposals: must have at least one row (got shape "
+                         f"{props.shape})")
     if q.ndim == 2:                                   # one set of laws for every row
         p, q = p[None], q[None]
     if q.ndim != 3 or q.shape[:2] not in ((rows, gamma), (1, gamma)):

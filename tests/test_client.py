@@ -230,5 +230,23 @@ def test_cli_errors(tmp_path, capsys):
     assert "connection failed" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
-    with pytest.raises(SystemExit, match="--prompts"):
-        cli(["--endpoint", url, "--prompts", str(bad)])
+    assert cli(["--endpoint", url, "--prompts", str(bad)]) == 2
+    assert "--prompts" in capsys.readouterr().err
+    # every bad argument is refused before any request, naming the flag
+    for argv, flag in ((["--endpoint", "ftp://127.0.0.1:1"], "--endpoint"),
+                       (["--baseline", "127.0.0.1:1"], "--baseline"),
+                       (["--max-tokens", "0"], "--max-tokens"),
+                       (["--prompts-per-language", "0"], "--prompts-per-language"),
+                       (["--seed", "-5"], "--seed"),
+                       (["--rate", "2", "--burstiness", "0"], "--burstiness"),
+                       (["--rate", "2", "--burstiness", "-1"], "--burstiness"),
+                       (["--ttft-max", "-1"], "--ttft-max"),
+                       (["--tpot-max", "0"], "--tpot-max"),
+                       (["--repeats", "2"], "--repeats"),
+                       (["--rate", "2", "--concurrency", "4"], "--concurrency"),
+                       (["--languages", "xx"], "--languages"),
+                       (["--prompts", str(tmp_path / "missing.json")], "--prompts"),
+                       (["--out", str(tmp_path / "no" / "dir" / "r.json")], "--out")):
+        full = ["--endpoint", url] + argv if argv[0] != "--endpoint" else argv
+        assert cli(full) == 2, argv
+        assert flag in capsys.readouterr().err, argv

@@ -492,6 +492,33 @@ def test_cli_exit_codes(capsys):
     assert "block sampler" in capsys.readouterr().out
 
 
+def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
+    """Every usage error exits 2 before anything runs, naming the argument at fault."""
+    (tmp_path / "broken_syntax.py").write_text("def f(:\n")
+    (tmp_path / "raises_at_import.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ok = "specdec.gallery:vectorised_correct"
+    for argv, words in (
+            (["broken_syntax:f"], ["sampler:", "SyntaxError"]),
+            (["raises_at_import:f"], ["sampler:", "RuntimeError", "boom"]),
+            (["no_such_module_xyz:f"], ["sampler:", "cannot import"]),
+            (["specdec.gallery:"], ["'specdec.gallery:function'"]),
+            ([ok, "--seed", "-1"], ["--seed"]),
+            ([ok, "--false-alarm", "1.5"], ["--false-alarm"]),
+            ([ok, "--trials", "10", "--resolution", "0.02"], ["--trials and --resolution"]),
+            ([ok, "--trials", "10", "--budget", "5"], ["--trials and --budget"]),
+            ([ok, "--resolution", "0.02", "--budget", "5"], ["--resolution and --budget"]),
+            ([ok, "--trials", "1000", "--plan"], ["--plan"]),
+            ([ok, "--measure", "--plan"], ["--measure"]),
+            (["specdec.gallery:NoRollback", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
+            (["specdec.gallery:NoRollback", "--accepted-law", "specdec.gallery:nosuch"],
+             ["--accepted-law:", "has no attribute"])):
+        assert C.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), (argv, err)
+        assert "Traceback" not in err
+
+
 def test_cli_plans_from_a_pilot_and_honours_a_budget(capsys):
     assert C.main(["specdec.gallery:vectorised_correct", "--cases", "article,equal",
                    "--budget", "1", "--plan"]) == 0

@@ -312,3 +312,12 @@ def test_pool_sparse_cells_merges_by_expected_count_only():
     assert c.sum() == 100 and np.isclose(lw.sum(), 1.0)
     with pytest.raises(ValueError, match="min_expected"):
         pool_sparse_cells([1, 1], [0.5, 0.5], min_expected=-1)
+
+
+def test_detectable_tv_refuses_power_below_level_and_never_exceeds_one():
+    from specdec import stats
+
+    with pytest.raises(ValueError, match="power: must exceed level"):
+        stats.detectable_tv(1000, 2, 0.001, 0.0005)
+    assert stats.detectable_tv(1, 2, 0.001, 0.9) == 1.0
+    assert stats.detectable_tv(10**6, 2, 0.001, 0.9) < 0.01

@@ -299,3 +299,11 @@ def test_sample_step_correct_is_the_kernel_with_one_row(pq):
     rng = np.random.default_rng(7)
     x = draw(q, rng.random())
     assert a == int(verify(p[None, None], q[None, None], [[x]], rng=rng).tokens[0, 0])
+
+
+def test_verify_names_the_argument_for_empty_and_non_numeric_input():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="proposals: must have at least one row"):
+        verify(np.zeros((0, 1, 3)), np.zeros((0, 1, 3)), np.zeros((0, 1), int), rng=rng)
+    with pytest.raises(ValueError, match="p, q: must be arrays of probabilities"):
+        verify([["a"]], [[1.0]], [[0]], rng=rng)

@@ -46,13 +46,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0, help="request k gets seed SEED + k")
-    p.add_argument("--concurrency", default="1", help="closed loop: comma-separated levels")
+    p.add_argument("--concurrency", default=None,
+                   help="closed loop: comma-separated levels (default 1)")
     p.add_argument("--rate", help="open loop: comma-separated request rates (requests/s)")
     p.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of the gaps between arrivals (1: Poisson)")
     p.add_argument("--ttft-max", type=float, help="goodput limit on TTFT, seconds")
     p.add_argument("--tpot-max", type=float, help="goodput limit on TPOT, seconds")
-    p.add_argument("--repeats", type=int, default=3, help="paired protocol: repeats")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="paired protocol: repeats (default 3)")
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--out", type=Path, default=Path("specdec-client-results.json"))
     p.add_argument("--no-progress", action="store_true")
@@ -64,11 +66,11 @@ def _prompts(args) -> dict[str, list[str]]:
         try:
             data = json.loads(args.prompts.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
-            raise SystemExit(f"error: --prompts {args.prompts}: {err}")
+            raise ValueError(f"--prompts {args.prompts}: {err}") from None
         if not (isinstance(data, dict) and data and all(
                 isinstance(v, list) and v and all(isinstance(s, str) and s for s in v)
                 for v in data.values())):
-            raise SystemExit(f"error: --prompts {args.prompts}: must be a JSON object "
+            raise ValueError(f"--prompts {args.prompts}: must be a JSON object "
                              f'{{"language": ["prompt", ...]}} with non-empty lists')
     else:
         from ..nn import load_heldout
@@ -77,7 +79,7 @@ def _prompts(args) -> dict[str, list[str]]:
         wanted = [x.strip() for x in args.languages.split(",") if x.strip()]
         missing = [x for x in wanted if x not in data]
         if missing:
-            raise SystemExit(f"error: --languages: no prompts for {missing} "
+            raise ValueError(f"--languages: no prompts for {missing} "
                              f"(have {sorted(data)})")
         data = {k: data[k] for k in wanted}
     n = args.prompts_per_language
@@ -106,18 +108,34 @@ def _line(s: dict) -> str:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        conc = _numbers(args.concurrency, int, "--concurrency")
+        conc = _numbers(args.concurrency or "1", int, "--concurrency")
         rates = None if args.rate is None else _numbers(args.rate, float, "--rate")
-        endpoint = Endpoint(args.endpoint, args.api, args.model, args.timeout)
-        base = None if args.baseline is None else Endpoint(args.baseline, args.api,
-                                                           args.model, args.timeout)
+        endpoint = _endpoint("--endpoint", args.endpoint, args)
+        base = None if args.baseline is None else _endpoint("--baseline", args.baseline, args)
         sampling = plain_sampling(args.temperature)
-        if args.max_tokens < 1 or args.prompts_per_language < 1 or args.repeats < 1:
-            raise ValueError("--max-tokens, --prompts-per-language, --repeats: must be >= 1")
+        for flag, value in (("--max-tokens", args.max_tokens),
+                            ("--prompts-per-language", args.prompts_per_language),
+                            ("--repeats", args.repeats)):
+            if value is not None and value < 1:
+                raise ValueError(f"{flag}: must be >= 1 (got {value})")
+        if args.seed < 0:
+            raise ValueError(f"--seed: must be >= 0 (got {args.seed}); servers read a "
+                             "negative seed as 'random'")
+        if not (math.isfinite(args.burstiness) and args.burstiness > 0):
+            raise ValueError(f"--burstiness: must be a finite number > 0 (got {args.burstiness})")
+        for flag, value in (("--ttft-max", args.ttft_max), ("--tpot-max", args.tpot_max)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{flag}: must be a finite number of seconds > 0 (got {value})")
+        if args.repeats is not None and base is None:
+            raise ValueError("--repeats: only the paired protocol repeats; give --baseline too")
+        if rates is not None and args.concurrency is not None:
+            raise ValueError("--rate and --concurrency: give one of them (open or closed loop)")
+        if not args.out.parent.is_dir():
+            raise ValueError(f"--out: directory {str(args.out.parent)!r} does not exist")
+        prompts = _prompts(args)
     except (ValueError, argparse.ArgumentTypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    prompts = _prompts(args)
     show = not args.no_progress and sys.stderr.isatty()
     result = {"schema": SCHEMA, "command": list(sys.argv if argv is None else argv),
               "endpoint": {"url": endpoint.url, "api": endpoint.api, "model": endpoint.model},
@@ -128,10 +146,10 @@ def main(argv=None) -> int:
         specs = [RequestSpec(f"{lang}-{k}", p, args.max_tokens, sampling, args.seed + k, lang)
                  for lang, ps in prompts.items() for k, p in enumerate(ps)]
         if base is not None:
-            n = args.repeats * 2 * len(specs)
+            n = (args.repeats or 3) * 2 * len(specs)
             update, close = _progress(n, show, "paired")
             out = paired({"baseline": base, "speculative": endpoint}, prompts,
-                         baseline="baseline", repeats=args.repeats,
+                         baseline="baseline", repeats=args.repeats or 3,
                          max_tokens=args.max_tokens, sampling=sampling, seed=args.seed,
                          progress=update)
             close()
@@ -156,6 +174,13 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
     print(f"results: {args.out}")
     return 0
+
+
+def _endpoint(flag: str, url: str, args) -> Endpoint:
+    try:
+        return Endpoint(url, args.api, args.model, args.timeout)
+    except ValueError as err:
+        raise ValueError(f"{flag}: {err}") from None
 
 
 def _lengths(endpoint: Endpoint, prompts) -> dict:

@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the sampler (package.module:function) is required", file=sys.stderr)
         return 2
     try:
+        _check_arguments(args)
         sampler = load_sampler(args.sampler)
         cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
         if args.measure:
@@ -85,7 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         law = args.accepted_law
         if law is not None and law not in ACCEPTED_LAWS:
-            law = load_sampler(law)
+            if ":" not in law:
+                raise ValueError(f"--accepted-law: one of {', '.join(ACCEPTED_LAWS)} or "
+                                 f"package.module:function (got {law!r})")
+            law = load_sampler(law, "--accepted-law")
         conv = dict(kind=args.kind, vectorised=args.vectorised, inputs=args.inputs,
                     proposals=args.proposals, accepted_eos=args.accepted_eos, accepted_law=law)
         trials = args.trials
@@ -116,6 +120,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(report.to_markdown(timings=args.timings))
     return 0 if report.passed else 1
+
+
+def _check_arguments(args) -> None:
+    """Usage errors found before anything is imported or run (each names its flag)."""
+    if args.seed < 0:
+        raise ValueError(f"--seed: must be a non-negative integer (got {args.seed})")
+    if not 0 < args.false_alarm < 1:
+        raise ValueError(f"--false-alarm: must lie in (0, 1) (got {args.false_alarm})")
+    sizing = [flag for flag, value in (("--trials", args.trials), ("--resolution", args.resolution),
+                                       ("--budget", args.budget)) if value is not None]
+    if len(sizing) > 1:
+        raise ValueError(f"{' and '.join(sizing)}: give at most one; each sets the trials "
+                         "(--trials directly, --resolution and --budget through a pilot)")
+    if args.plan and args.trials is not None:
+        raise ValueError("--plan: the plan comes from a pilot; use it with --resolution or "
+                         "--budget (or neither), not with --trials")
+    if args.measure and (args.plan or args.resolution is not None or args.budget is not None):
+        raise ValueError("--measure: takes --trials (or its default), not --plan, "
+                         "--resolution or --budget")
 
 
 if __name__ == "__main__":  # pragma: no cover

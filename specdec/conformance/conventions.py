@@ -342,31 +342,45 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
 
 
 
-def load_sampler(target: str):
+def load_sampler(target: str, what: str = "sampler"):
     """Import ``package.module:attribute`` (``attribute`` may be dotted), by :func:`pkgutil.resolve_name`.
 
     A class is instantiated without arguments (stateful samplers such as
     :class:`specdec.gallery.StaleProposals`).
+
+    Parameters
+    ----------
+    target : str
+        ``package.module:function`` (or ``package.module.function``).
+    what : str
+        The name of the argument, for the error messages (the CLI passes its flag).
 
     Raises
     ------
     ValueError
         If the string is malformed or the attribute cannot be found.
     ImportError
-        If the module cannot be imported.
+        If the module cannot be imported, or raises (any exception, a syntax error
+        included) while it is imported; the message names ``what`` and the exception.
     """
     if not isinstance(target, str) or not target.strip(". :"):
-        raise ValueError(f"sampler: expected 'package.module:function' (got {target!r})")
+        raise ValueError(f"{what}: expected 'package.module:function' (got {target!r})")
+    module = target.strip().rstrip(":")
     try:
         obj = pkgutil.resolve_name(target)       # 'pkg.mod:attr' or 'pkg.mod.attr'
-    except AttributeError as exc:
+    except AttributeError:
         mod_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
-        raise ValueError(f"sampler: module {mod_name!r} has no attribute {attr!r} ({exc})") from None
+        raise ValueError(f"{what}: module {mod_name!r} has no attribute {attr!r}") from None
     except ValueError:
-        raise ValueError(f"sampler: expected 'package.module:function' (got {target!r})") from None
+        raise ValueError(f"{what}: expected 'package.module:function' (got {target!r})") from None
+    except ImportError as exc:
+        raise ImportError(f"{what}: cannot import {target!r}: {exc}") from None
+    except Exception as exc:  # the module itself failed while being imported
+        raise ImportError(f"{what}: importing {target!r} raised {type(exc).__name__}: "
+                          f"{exc}") from exc
     if inspect.ismodule(obj):
-        raise ValueError(f"sampler: {target!r} is a module, not a sampler; to name a "
-                         f"function of it, write '{target}:function'")
+        raise ValueError(f"{what}: {target!r} is a module, not a sampler; to name a "
+                         f"function of it, write '{module}:function'")
     if inspect.isclass(obj):  # a stateful sampler class: one instance, reset between decodes
         obj = obj()
     return obj
