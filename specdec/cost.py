@@ -121,6 +121,17 @@ def _gamma(gamma, name: str = "gamma") -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _broadcast(**arrays) -> None:
+    """Refuse arguments whose shapes do not broadcast together, naming them and their shapes."""
+    shapes = {name: np.shape(a) for name, a in arrays.items()}
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        raise ValueError(f"{', '.join(shapes)}: shapes "
+                         f"{', '.join(str(s) for s in shapes.values())} do not broadcast "
+                         f"together (numpy's broadcasting rules)") from None
+
+
 def _out(x: np.ndarray):
     x = np.asarray(x)
     return float(x) if x.ndim == 0 else x
@@ -186,6 +197,7 @@ def expected_tokens(acceptance, gamma):
     if isinstance(acceptance, Workload):
         return _out(_workload_tokens(acceptance, g))
     a = _alpha(acceptance)
+    _broadcast(alpha=a, gamma=g)
     with np.errstate(divide="ignore", invalid="ignore"):
         e = -np.expm1((g + 1) * np.log1p(a - 1.0)) / (1.0 - a)
     return _out(np.where(a == 1.0, g + 1.0, e))
@@ -299,7 +311,9 @@ def cycle_cost(gamma, c, *, g: GammaCost = None, overhead=0.0):
     1.3
     """
     gam = _gamma(gamma)
-    return _out(np.asarray(verification_cost(gam, g)) + _c(c) * gam + _overhead(overhead))
+    cost_c, extra = _c(c), _overhead(overhead)
+    _broadcast(gamma=gam, c=cost_c, overhead=extra)
+    return _out(np.asarray(verification_cost(gam, g)) + cost_c * gam + extra)
 
 
 def speedup(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0):
@@ -350,7 +364,11 @@ def speedup(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0):
     True
     """
     gam = _gamma(gamma)
-    return _out(np.asarray(expected_tokens(acceptance, gam)) / np.asarray(cycle_cost(gam, c, g=g, overhead=overhead)))
+    tokens = np.asarray(expected_tokens(acceptance, gam))
+    cost = np.asarray(cycle_cost(gam, c, g=g, overhead=overhead))
+    if not isinstance(acceptance, Workload):
+        _broadcast(alpha=_alpha(acceptance), gamma=gam, c=_c(c), overhead=_overhead(overhead))
+    return _out(tokens / cost)
 
 
 def speedup_joint(joint, c, *, g: GammaCost = None, overhead=0.0):

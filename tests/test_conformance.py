@@ -512,7 +512,9 @@ def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
             ([ok, "--measure", "--plan"], ["--measure"]),
             (["specdec.gallery:NoRollback", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
             (["specdec.gallery:NoRollback", "--accepted-law", "specdec.gallery:nosuch"],
-             ["--accepted-law:", "has no attribute"])):
+             ["--accepted-law:", "has no attribute"]),
+            (["specdec.gallery:NoRollback", "--accepted-law", "json:dumps"],
+             ["--accepted-law: must be callable as law(target, draft, prefix, gamma)", "dumps"])):
         assert C.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert all(w in err for w in words), (argv, err)

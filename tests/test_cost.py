@@ -309,3 +309,14 @@ def test_grid_free_search_refuses_what_it_cannot_certify():
         best_gamma(0.9, 0.05, None, g=lambda k: 1 + np.sqrt(k))           # concave cost
     with pytest.raises(ValueError, match="gamma_max"):
         best_gamma(0.9, 0.05, None, gamma_max=1)
+
+
+def test_shapes_that_do_not_broadcast_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"^alpha, gamma: shapes \(3,\), \(2,\) do not broadcast"):
+        cost.speedup([0.5, 0.6, 0.7], [1, 2], 0.1)
+    with pytest.raises(ValueError, match=r"^gamma, c, overhead: shapes \(2,\), \(3,\), \(\) do not"):
+        cost.cycle_cost([1, 2], [0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match=r"^alpha, gamma, c, overhead: shapes \(3,\), \(\), \(2,\)"):
+        cost.speedup([0.5, 0.6, 0.7], 2, [0.1, 0.2])
+    grid = cost.speedup([0.5, 0.6], [[1], [2]], 0.1)          # broadcasting shapes still work
+    assert grid.shape == (2, 2) and grid[0, 0] == pytest.approx(1.5 / 1.1)

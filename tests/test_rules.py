@@ -7,6 +7,8 @@ computed, not guessed; Monte Carlo samplers must agree with the enumerations.
 
 from __future__ import annotations
 
+import json
+
 import math
 from fractions import Fraction as F
 
@@ -434,6 +436,9 @@ def test_block_verifier_reporting_counts_needs_its_law():
     assert report.passed and "block verification (declared)" in " ".join(report.conventions)
     with pytest.raises(TypeError, match="accepted_law"):
         conformance.block_sampler(accepted_law=3)
+    with pytest.raises(TypeError, match=r"accepted_law: must be callable as law\(target, draft, "
+                                        r"prefix, gamma\); dumps is not"):
+        conformance.describe_sampler(plain, accepted_law=json.dumps)
     with pytest.raises(ValueError, match="accepted_law"):
         conformance.run_battery(plain, accepted_law=lambda t, d, pr, g: [0.5, 0.6], cases=["block_g1"],
                                 trials=10)

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from .cases import batch_cases, block_cases, rule_cases, token_cases
 from .conventions import (ACCEPTED_LAWS, AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED,
-                          OWN, TOKEN, describe_sampler, load_sampler)
+                          OWN, TOKEN, _check_accepted_law, describe_sampler, load_sampler)
 from .loss import measure_loss
 from .plan import plan_battery
 from .runner import _resolve_cases, run_battery
@@ -90,6 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"--accepted-law: one of {', '.join(ACCEPTED_LAWS)} or "
                                  f"package.module:function (got {law!r})")
             law = load_sampler(law, "--accepted-law")
+            try:
+                _check_accepted_law(law)
+            except TypeError as exc:
+                raise ValueError(f"--accepted-law: {str(exc).removeprefix('accepted_law: ')}") \
+                    from None
         conv = dict(kind=args.kind, vectorised=args.vectorised, inputs=args.inputs,
                     proposals=args.proposals, accepted_eos=args.accepted_eos, accepted_law=law)
         trials = args.trials

@@ -230,6 +230,15 @@ def _check_accepted_law(law):
     elif law is not None and not callable(law):
         raise TypeError(f"accepted_law: must be one of {', '.join(map(repr, ACCEPTED_LAWS))} or a "
                         f"callable law(target, draft, prefix, gamma) (got {law!r})")
+    elif law is not None:
+        try:
+            inspect.signature(law).bind(None, None, (), 1)
+        except TypeError as exc:       # it cannot be called as law(target, draft, prefix, gamma)
+            raise TypeError(f"accepted_law: must be callable as law(target, draft, prefix, "
+                            f"gamma); {getattr(law, '__qualname__', repr(law))} is not "
+                            f"({exc})") from None
+        except ValueError:             # no signature (some builtins): found when it is called
+            pass
     return law
 
 
