@@ -115,7 +115,58 @@ def test_scale_sentences_both_ways():
     assert "5% below" in t.model_agreement(1.9, 2.0, 0.15)
     assert "more than 15% off" in t.model_agreement(1.5, 2.0, 0.15)
     assert "20% above" in t.model_agreement(2.4, 2.0, 0.15)
+    assert "work it does not see" in t.model_agreement(2.4, 2.0, 0.15)
+    assert t.model_agreement(2.02, 2.01, 0.15) == ("the cost model predicts 2.02×, the "
+                                                   "measurement to within 1%")
+    assert "other work held the processor" in t.model_agreement(1.5, 2.0, 0.15)
+    assert t.g_curve([1.43, 1.58, 1.77, 1.79]) == (
+        "for γ = 1, 2, 3, 4 (passes of 2 to 5 positions) a pass costs g = 1.43, 1.58, 1.77, "
+        "1.79 steps: each position beyond the first adds 0.20 of a step on average, far "
+        "less than a step of its own")
+    assert t.g_curve([1.9]).endswith("adds 0.90 of a step on average, about as much as a "
+                                     "step of its own")
+    assert "but not by much" in t.g_curve([1.6, 2.3])
     assert "grows with the weights, from 0.80× " in t.scale_trend([6, 13, 85], [0.8, 0.7, 2.0])
     assert "not at every step" in t.scale_trend([6, 13, 85], [0.8, 0.7, 2.0])
     assert "not at every" not in t.scale_trend([6, 13, 85], [0.6, 0.7, 2.0])
+
+
+def test_grown_against_base_names_the_direction_per_language():
+    names = {"it": "Italian", "en": "English"}
+    base = {"it": 3.079, "en": 3.220}
+    assert t.grown_against_base(base, {"it": 3.126, "en": 3.266}, names).startswith(
+        "slightly worse than its base in every language, by 0.046 to 0.047")
+    assert t.grown_against_base(base, {"it": 3.0, "en": 3.1}, names).startswith(
+        "better than its base in every language, by 0.079 to 0.120")
+    mixed = t.grown_against_base(base, {"it": 3.0, "en": 3.222}, names)
+    assert mixed == "within 0.079 bits per byte of its base: better in Italian; level in English"
     assert "does not grow" in t.scale_trend([85, 6], [0.9, 1.0])
+
+
+def test_batching_growth_explains_only_the_direction_measured():
+    assert "batching uses up" in t.batching_growth(2.6, 1.9, 4)
+    assert "up to 5 positions" in t.batching_growth(2.6, 1.9, 4)
+    assert "did not shrink" in t.batching_growth(1.5, 1.9, 4)
+    assert t.batching_growth(1.5, 1.9, 4).startswith(
+        "the plain server's throughput grows 1.50× and the speculative server's 1.90×")
+
+
+def test_cycle_cost_change_names_the_input_that_moved():
+    small, large = {"c": 0.267, "g": 1.85}, {"c": 0.048, "g": 1.79}
+    text = t.cycle_cost_change(small, large, 4)
+    assert text.startswith("a cycle costs γc + g = 2.92 steps of the smallest target and 1.98")
+    assert "most of the difference is the draft's share (0.88 of the 0.94 steps)" in text
+    assert "verification pass (1.00 of" in t.cycle_cost_change({"c": 0.1, "g": 2.5},
+                                                              {"c": 0.1, "g": 1.5}, 4)
+    assert "each account for part" in t.cycle_cost_change({"c": 0.2, "g": 2.5},
+                                                          {"c": 0.1, "g": 2.0}, 4)
+    assert "did not make a cycle cheaper" in t.cycle_cost_change(large, small, 4)
+    rose = t.cycle_cost_change({"c": 0.220, "g": 1.66}, {"c": 0.035, "g": 1.83}, 4)
+    assert rose.endswith("the draft's share fell by 0.74 steps while the verification pass "
+                         "cost 0.17 more: the draft is the same, and the target's step grew "
+                         "around it")
+
+
+def test_pass_disturbance_says_when_a_run_was_disturbed():
+    assert "above the 25% that marks a disturbed run" in t.pass_disturbance(2.01, 0.25)
+    assert t.pass_disturbance(0.1, 0.25).endswith("was 10%, within the 25% of an undisturbed run")

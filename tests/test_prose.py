@@ -150,3 +150,22 @@ def test_chapter_8_simulation_sentences(whole_book):
     long_runs = "run long sequences of one-token cycles" in g["ch8_sim_hard_sentence"]
     assert long_runs == (g["ch8_sim_ones_slow"] > g["ch8_sim_ones_median"])
     assert f"{g['ch8_sim_ones_slow']:.0%}" in g["ch8_sim_hard_sentence"]
+
+
+@pytest.mark.slow
+def test_chapter_8_memory_bound_sentences(whole_book):
+    """The memory-bound section's sentences name the values glued beside them."""
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    [nb] = sorted((whole_book.root / "book" / "chapters").glob("08-*.ipynb"))
+    from conftest import glued_values
+
+    g = glued_values(json.loads(nb.read_text()))
+    assert g["ch8_big_g_curve"].split("g = ")[1].split(" steps")[0].endswith(f"{g['ch8_big_g']:.2f}")
+    assert f"{g['ch8_big_conc_last']:.2f}× with {g['ch8_big_conc_n']} requests" in g["ch8_conclusion"]
+    fell = g["ch8_big_conc_last"] < g["ch8_big_conc_first"]
+    if "fall larger" in g["ch8_big_conc_change"]:
+        assert fell
+    if "rise larger" in g["ch8_big_conc_change"]:
+        assert not fell
+    assert ("above 1.5×" in g["ch8_big_verdict"]) != ("below 1.5×" in g["ch8_big_verdict"])
+    assert "interquartile range" in g["ch8_big_verdict"]

@@ -245,12 +245,21 @@ def model_agreement(predicted: float, measured: float, tolerance: float) -> str:
     """The cost model's prediction against the measured speedup (relative error)."""
     err = predicted / measured - 1.0
     side = "above" if err > 0 else "below"
+    if abs(err) < 0.005:
+        return (f"the cost model predicts {predicted:.2f}×, the measurement to within 1%")
     if abs(err) <= tolerance:
         return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
                 f"measurement, within {tolerance:.0%}")
+    if err > 0:        # optimistic: the cycles cost more than the passes the model adds up
+        why = ("so the cycles cost more than the passes the model adds up: work it does not "
+               "see (drafting bookkeeping, sampling, the server's own per-cycle steps) is a "
+               "visible share of a cycle")
+    else:              # pessimistic: the timed passes cost more than those inside the cycles
+        why = ("so the passes it was fed cost more than the same passes inside the cycles "
+               "did: a pass timed while other work held the processor, or per-token work of "
+               "the plain server that a cycle shares among several tokens")
     return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
-            f"measurement: more than {tolerance:.0%} off, so something the model does not "
-            f"see (per-cycle overhead, a disturbed pass time) is a visible share of a cycle")
+            f"measurement: more than {tolerance:.0%} off, {why}")
 
 
 def scale_trend(sizes, speedups) -> str:
@@ -264,3 +273,106 @@ def scale_trend(sizes, speedups) -> str:
                                                    ", though not at every step"))
     return (f"the speedup does not grow with the weights here ({lo:.2f}× for the smallest "
             f"target, {hi:.2f}× for the largest)")
+
+
+def grown_against_base(base: dict, grown: dict, names: dict) -> str:
+    """The grown target's held-out bits per byte against its base model's, per language.
+
+    ``base`` and ``grown`` map a language code to bits per byte; ``names`` maps it to the
+    language's name. A difference under 0.005 bits per byte counts as equal.
+    """
+    diff = {lang: grown[lang] - base[lang] for lang in base}
+    worse = [lang for lang, d in diff.items() if d >= 0.005]
+    better = [lang for lang, d in diff.items() if d <= -0.005]
+    lo, hi = min(diff.values()), max(diff.values())
+    if len(worse) == len(diff):
+        return (f"slightly worse than its base in every language, by {lo:.3f} to {hi:.3f} "
+                f"bits per byte")
+    if len(better) == len(diff):
+        return (f"better than its base in every language, by {-hi:.3f} to {-lo:.3f} bits "
+                f"per byte")
+    parts = []
+    if better:
+        parts.append("better in " + ", ".join(names[l] for l in better))
+    if worse:
+        parts.append("worse in " + ", ".join(names[l] for l in worse))
+    same = [lang for lang in diff if lang not in worse and lang not in better]
+    if same:
+        parts.append("level in " + ", ".join(names[l] for l in same))
+    return (f"within {max(abs(lo), abs(hi)):.3f} bits per byte of its base: "
+            + "; ".join(parts))
+
+
+def g_curve(g_by_gamma) -> str:
+    """The verification cost for every draft length, and what each added position costs.
+
+    ``g_by_gamma[k - 1]`` is ``g(k)``, the cost of a pass over ``k + 1`` positions in
+    steps of one position; the added cost per position is ``(g(gamma) - 1) / gamma``.
+    """
+    gs = [float(g) for g in g_by_gamma]
+    gam = ", ".join(str(k) for k in range(1, len(gs) + 1))
+    pos = f"2 to {len(gs) + 1}" if len(gs) > 1 else "2"
+    added = (gs[-1] - 1.0) / len(gs)
+    text = (f"for γ = {gam} (passes of {pos} positions) a pass costs "
+            f"g = {', '.join(f'{g:.2f}' for g in gs)} steps: each position beyond the first "
+            f"adds {added:.2f} of a step on average")
+    if added <= 0.5:
+        return text + ", far less than a step of its own"
+    if added < 0.8:
+        return text + ", less than a step of its own but not by much"
+    return text + ", about as much as a step of its own"
+
+
+def batching_growth(plain_growth: float, spec_growth: float, gamma: int) -> str:
+    """How each server's throughput grows from the fewest to the most requests in flight."""
+    text = (f"the plain server's throughput grows {plain_growth:.2f}× and the speculative "
+            f"server's {spec_growth:.2f}×")
+    if plain_growth > spec_growth:
+        return (text + ": the plain server batches the requests in flight into one pass that "
+                f"still reads the weights once, while the speculative server's passes already "
+                f"carry up to {gamma + 1} positions per request, so batching leaves it less to "
+                f"gain; the memory-bound regime that makes speculation pay at batch size one "
+                f"is the regime that batching uses up")
+    return (text + ": here batching helped the speculative server at least as much, so the "
+            "draft's gain did not shrink with the load")
+
+
+def cycle_cost_change(small: dict, large: dict, gamma: int) -> str:
+    """Which input of the cycle cost ``gamma c + g`` moved from the small to the large target.
+
+    ``small`` and ``large`` map ``"c"`` and ``"g"`` to the measured values of the smallest
+    and of the largest target.
+    """
+    from_c = gamma * (small["c"] - large["c"])        # steps saved by a cheaper draft share
+    from_g = small["g"] - large["g"]                  # steps saved by a cheaper verification
+    before, after = gamma * small["c"] + small["g"], gamma * large["c"] + large["g"]
+    text = (f"a cycle costs γc + g = {before:.2f} steps of the smallest target and "
+            f"{after:.2f} of the largest")
+    grew = ": the draft is the same, and the target's step grew around it"
+    if after >= before:
+        return text + ": the larger target did not make a cycle cheaper in its own steps"
+    if from_g < 0:
+        return (text + f": the draft's share fell by {from_c:.2f} steps while the verification "
+                f"pass cost {-from_g:.2f} more" + grew)
+    if from_c < 0:
+        return (text + f": the verification pass fell by {from_g:.2f} steps while the draft's "
+                f"share cost {-from_c:.2f} more")
+    if from_c >= 2 * from_g:
+        return (text + f", and most of the difference is the draft's share ({from_c:.2f} of "
+                f"the {before - after:.2f} steps)" + grew)
+    if from_g >= 2 * from_c:
+        return (text + f", and most of the difference is the verification pass ({from_g:.2f} "
+                f"of the {before - after:.2f} steps)")
+    return (text + f": the draft's share and the verification pass each account for part of "
+            f"the difference ({from_c:.2f} and {from_g:.2f} steps)")
+
+
+def pass_disturbance(disturbance: float, threshold: float) -> str:
+    """Whether the timed passes of a run were disturbed (median over fastest repeat - 1)."""
+    if disturbance > threshold:
+        return (f"the largest disturbance of a pass time (median over fastest repeat, minus "
+                f"one) was {disturbance:.0%}, above the {threshold:.0%} that marks a disturbed "
+                f"run: other processes held the processor during some timed passes, which is "
+                f"why $c$ and $g$ come from the fastest repeats")
+    return (f"the largest disturbance of a pass time (median over fastest repeat, minus one) "
+            f"was {disturbance:.0%}, within the {threshold:.0%} of an undisturbed run")

@@ -59,6 +59,19 @@ def category_style(i: int) -> dict:
     return {"color": CATEGORIES[k], "marker": MARKERS[k], "linestyle": LINESTYLES[k]}
 
 
+def quartile_bars(rows) -> list[list[float]]:
+    """Error-bar extents from each row's median to its quartiles, for ``Axes.errorbar``.
+
+    ``rows`` are mappings with ``speedup``, ``speedup_q1`` and ``speedup_q3`` (the median
+    and quartiles of paired ratios, :func:`specdec.measure.quartiles`); returns
+    ``[below, above]``, two lists as long as ``rows``, so the bar runs from the first to
+    the third quartile (not half the interquartile range on each side of the median).
+    """
+    rows = list(rows)
+    return [[r["speedup"] - r["speedup_q1"] for r in rows],
+            [r["speedup_q3"] - r["speedup"] for r in rows]]
+
+
 def use_book_style() -> None:
     """Apply the book's matplotlib defaults (vector SVG output, readable sizes).
 

@@ -309,7 +309,8 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     * ``c``: the draft's one-position pass over the target's (fastest repeats; the
       medians are ``c_median``);
     * ``g``: the target's ``gamma + 1``-position pass over its one-position pass (fastest
-      repeats; ``g_median``);
+      repeats; ``g_median``), and ``g_by_gamma``, the same ratio for every draft length
+      from 1 to ``gamma`` (a list: passes of 2 to ``gamma + 1`` positions);
     * ``E``: tokens per target pass, ``1 + gamma * a`` with ``a`` the acceptance the server
       reports (accepted over drafted bytes: every cycle drafts ``gamma`` bytes);
     * the cost model's speedup ``E / (gamma c + g)`` (Leviathan et al. 2023, section 3.4,
@@ -349,7 +350,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                 engine.serve("draft", log=log) as alone:
             eps = {"baseline": cl.Endpoint(base.url), "speculative": cl.Endpoint(spec.url)}
             got = pass_times({"target": eps["baseline"], "draft": cl.Endpoint(alone.url)},
-                             prefix, continuation, (1, gamma + 1), cost_repeats)
+                             prefix, continuation, tuple(range(1, gamma + 2)), cost_repeats)
             passes += [dict(x, target=name) for x in got]
             paired_out[name] = cl.paired(eps, prompts, baseline="baseline", repeats=repeats,
                                          max_tokens=max_tokens, sampling=sampling, seed=seed)
@@ -360,6 +361,8 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
         # (medians kept beside it); measured here, it predicts the large target's paired
         # speedups where medians taken on a busy machine did not
         c, g = d1 / t1, tv / t1
+        g_by_gamma = [_fastest_and_median(got, "target", k)[0] / t1      # gamma = k - 1
+                      for k in range(2, gamma + 2)]
         for row in paired_out[name]["rows"]:
             if row["setting"] != "speculative":
                 continue
@@ -369,10 +372,11 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                          "target_pass_ms": t1_med, "target_pass_ms_fastest": t1,
                          "verify_pass_ms": tv_med, "draft_pass_ms": d1_med,
                          "disturbance": max(t1_med / t1, tv_med / tv, d1_med / d1) - 1.0,
-                         "c": c, "g": g, "c_median": d1_med / t1_med,
+                         "c": c, "g": g, "g_by_gamma": g_by_gamma, "c_median": d1_med / t1_med,
                          "g_median": tv_med / t1_med, "acceptance": row["acceptance"], "E": e,
                          "predicted_speedup": e / (gamma * c + g),
-                         "speedup": row["speedup"], "speedup_iqr": row["speedup_iqr"],
+                         "speedup": row["speedup"], "speedup_q1": row["speedup_q1"],
+                         "speedup_q3": row["speedup_q3"], "speedup_iqr": row["speedup_iqr"],
                          "baseline_throughput": next(
                              r["output_throughput"] for r in paired_out[name]["rows"]
                              if r["language"] == row["language"] and r["setting"] == "baseline"),
@@ -394,7 +398,9 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                 row = next(r for r in out["rows"] if r["setting"] == "speculative")
                 base_row = next(r for r in out["rows"] if r["setting"] == "baseline")
                 conc_rows.append({"target": concurrency_target, "concurrency": n,
-                                  "speedup": row["speedup"], "speedup_iqr": row["speedup_iqr"],
+                                  "speedup": row["speedup"], "speedup_q1": row["speedup_q1"],
+                                  "speedup_q3": row["speedup_q3"],
+                                  "speedup_iqr": row["speedup_iqr"],
                                   "acceptance": row["acceptance"],
                                   "baseline_throughput": base_row["output_throughput"],
                                   "throughput": row["output_throughput"]})
@@ -404,6 +410,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
             "prompts_per_language": prompts_per_language, "models": models,
             "draft": {"parameters": draft.n_parameters, "weight_bytes": weight_bytes(draft)},
             "concurrency_target": concurrency_target, "concurrencies": list(concurrencies),
+            "concurrency_repeats": concurrency_repeats,
             "cost_prefix_bytes": len(prefix), "last_level_cache_bytes": last_level_cache()}
     return ScaleStudy(targets=rows, passes=passes, paired=paired_out, concurrency=conc_rows,
                       metadata=meta, seconds=time.perf_counter() - t0)
