@@ -89,8 +89,8 @@ clean:
 MODELS_OUT ?= _build/models
 
 # Retrain the chapter-8 models from scratch into $(MODELS_OUT) (PyTorch CPU and Debian
-# fortunes; ~20 min on 2 cores, up to 90 min when shared), then check them against the
-# committed ones (specdec/data/models/, package data): the bits per byte of every model and
+# fortunes; 54 min on 2 shared cores, see specdec/data/models/README.md), then check them
+# against the committed ones (specdec/data/models/, package data): the bits per byte of every model and
 # language on its heldout.json must be within 0.02 bits/byte (absolute) of its
 # manifest.json, else the target fails. The committed models are never written; to adopt
 # a new run, copy $(MODELS_OUT)/* there by hand. `make models-check` runs the check alone
