@@ -249,6 +249,21 @@ def test_numpy_forward_matches_torch(real):
         assert np.abs(got - ref).max() < 2e-3
 
 
+@needs_models
+def test_torch_bits_per_byte_is_the_same_batched_or_not(real):
+    torch = pytest.importorskip("torch")
+    tm = _train_module()
+    twin = tm.from_numpy_weights(tm.torch_model(tm.ARCHS["draft"]), real["draft"].weights).eval()
+    text = nn.load_heldout()["en"]["text"].encode("utf-8")
+    ctx = tm.ARCHS["draft"]["context"]
+    with torch.no_grad():
+        for n in (5 * ctx, 5 * ctx + 1, 5 * ctx + 2, 3 * ctx + 57, ctx - 10):
+            data = text[:n]
+            one = tm.torch_bits_per_byte(twin, data, ctx, batch=1)
+            assert tm.torch_bits_per_byte(twin, data, ctx, batch=64) == pytest.approx(one, abs=1e-4)
+            assert tm.torch_bits_per_byte(twin, data, ctx, batch=2) == pytest.approx(one, abs=1e-4)
+
+
 def test_truncate_lengths_shape(tiny):
     cache = tiny.new_cache(2)
     tiny.forward(np.array([[1, 2, 3], [4, 5, 6]]), cache)
