@@ -915,3 +915,24 @@ def test_real_book_chapter_pages_say_how_to_rerun_them(whole_book):
         if not re.search(rule, text):
             missing.append(html.stem)
     assert missing == []
+
+
+def test_numbered_tables_are_the_value_their_cells_display():
+    """A cell that builds a numbered table ends with it: the table is the cell's displayed
+    value, so a statement after it would drop the table (and its label) from the page."""
+    import ast
+
+    cell = re.compile(r"```\{code-cell\} ipython3\n(?:---\n.*?\n---\n)?(.*?)```", re.S)
+    late = []
+    for source in sorted((REPO / "notebooks").glob("*.md")):
+        for body in cell.findall(source.read_text()):
+            body = "\n".join(l for l in body.splitlines() if not l.startswith(":tags:"))
+            if "numbered_table(" not in body:
+                continue
+            statements = ast.parse(body).body
+            tables = [k for k, st in enumerate(statements) if isinstance(st, ast.Expr)
+                      and isinstance(st.value, ast.Call)
+                      and getattr(st.value.func, "id", None) == "numbered_table"]
+            if tables and tables[-1] != len(statements) - 1:
+                late.append(f"{source.name}: {body.strip().splitlines()[-1][:60]}")
+    assert late == []
