@@ -81,6 +81,8 @@ GammaCost = float | Callable[[int], float] | None
 
 
 def _real(x, name: str, *, lo: float | None = None, hi: float | None = None, rule: str = "") -> np.ndarray:
+    if isinstance(x, (str, bytes)) or np.asarray(x).dtype.kind in "USb":
+        raise TypeError(f"{name}: must be a real number or array of them (got {x!r})")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):

@@ -114,6 +114,8 @@ def test_scale_sentences_both_ways():
     assert "within 15%" in t.model_agreement(1.9, 2.0, 0.15)
     assert "5% below" in t.model_agreement(1.9, 2.0, 0.15)
     assert "more than 15% off" in t.model_agreement(1.5, 2.0, 0.15)
+    assert "15% below the measurement, within 15%" in t.model_agreement(1.694, 2.0, 0.15)
+    assert "16% below the measurement: more than 15% off" in t.model_agreement(1.68, 2.0, 0.15)
     assert "20% above" in t.model_agreement(2.4, 2.0, 0.15)
     assert "work it does not see" in t.model_agreement(2.4, 2.0, 0.15)
     assert t.model_agreement(2.02, 2.01, 0.15) == ("the cost model predicts 2.02×, the "

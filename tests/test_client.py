@@ -246,7 +246,8 @@ def test_cli_errors(tmp_path, capsys):
                        (["--rate", "2", "--concurrency", "4"], "--concurrency"),
                        (["--languages", "xx"], "--languages"),
                        (["--prompts", str(tmp_path / "missing.json")], "--prompts"),
-                       (["--out", str(tmp_path / "no" / "dir" / "r.json")], "--out")):
+                       (["--out", str(tmp_path / "no" / "dir" / "r.json")], "--out"),
+                       (["--out", str(tmp_path)], "--out")):
         full = ["--endpoint", url] + argv if argv[0] != "--endpoint" else argv
         assert cli(full) == 2, argv
         assert flag in capsys.readouterr().err, argv

@@ -320,3 +320,12 @@ def test_shapes_that_do_not_broadcast_are_refused_by_name():
         cost.speedup([0.5, 0.6, 0.7], 2, [0.1, 0.2])
     grid = cost.speedup([0.5, 0.6], [[1], [2]], 0.1)          # broadcasting shapes still work
     assert grid.shape == (2, 2) and grid[0, 0] == pytest.approx(1.5 / 1.1)
+
+
+def test_strings_and_booleans_are_not_numbers_here():
+    with pytest.raises(TypeError, match=r"^c: must be a real number"):
+        cost.speedup(0.5, 3, "0.1")
+    with pytest.raises(TypeError, match=r"^alpha: must be a real number"):
+        cost.expected_tokens("0.5", 3)
+    with pytest.raises(TypeError, match=r"^alpha: must be a real number"):
+        cost.expected_tokens(True, 3)

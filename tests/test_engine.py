@@ -251,3 +251,19 @@ def test_synthetic_acceptance_is_caught(server_binary):
                       extra=("--spec-synth-len", "4")) as bad:
         tokens, law = _law_and_draws(bad.url, prompt, 1500)
     assert not ex.check_law(tokens, law).passed
+
+
+def test_pass_times_refuses_bad_arguments_by_name():
+    from specdec.book.served import pass_times
+
+    for kwargs, message in ((dict(positions=[]), "positions: must be one or more"),
+                            (dict(positions=[0, 2]), "positions: must be one or more"),
+                            (dict(positions=[1.5]), "positions: must be one or more"),
+                            (dict(repeats=0), "repeats: must be an integer >= 1"),
+                            (dict(repeats=1.5), "repeats: must be an integer >= 1")):
+        args = dict(endpoints={}, prefix="abc", continuation="defgh", positions=[1, 2],
+                    repeats=1) | kwargs
+        with pytest.raises(ValueError, match=message):
+            pass_times(**args)
+    with pytest.raises(TypeError, match="prefix, continuation: must be strings"):
+        pass_times({}, None, "defgh", [1], 1)

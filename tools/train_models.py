@@ -28,7 +28,8 @@ Steps (each can be run alone, see ``--help``):
     and exits with status 1 if any difference exceeds ``--tolerance`` (default
     ``TOLERANCE``).
 
-``--out DIR`` (default ``specdec/data/models/``) is where ``corpus``, ``train`` and ``manifest`` write;
+``--out DIR`` (default ``_build/models``; ``specdec/data/models/`` only when named) is where
+``corpus``, ``train`` and ``manifest`` write;
 ``make models`` retrains into ``_build/models`` and checks, so the committed weights are
 never overwritten by a run that does not reproduce them.
 """
@@ -635,9 +636,10 @@ def main(argv=None) -> None:
                         help="corpus, train, manifest, check (default: corpus train manifest)")
     parser.add_argument("--models", nargs="*", default=list(ARCHS),
                         help=f"models to train and check (default: {' '.join(ARCHS)})")
-    parser.add_argument("--out", type=Path, default=MODELS_DIR,
+    parser.add_argument("--out", type=Path, default=ROOT / "_build" / "models",
                         help="directory written by corpus/train/manifest and read by check "
-                             "(default: specdec/data/models/)")
+                             "(default: _build/models; adopting a run means --out "
+                             "specdec/data/models)")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE,
                         help=f"check: largest accepted |difference| in bits/byte "
                              f"(default: {TOLERANCE})")

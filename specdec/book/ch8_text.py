@@ -247,7 +247,7 @@ def model_agreement(predicted: float, measured: float, tolerance: float) -> str:
     side = "above" if err > 0 else "below"
     if abs(err) < 0.005:
         return (f"the cost model predicts {predicted:.2f}×, the measurement to within 1%")
-    if abs(err) <= tolerance:
+    if round(abs(err), 2) <= tolerance:      # judged on the percentage the sentence prints
         return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
                 f"measurement, within {tolerance:.0%}")
     if err > 0:        # optimistic: the cycles cost more than the passes the model adds up
@@ -373,6 +373,6 @@ def pass_disturbance(disturbance: float, threshold: float) -> str:
         return (f"the largest disturbance of a pass time (median over fastest repeat, minus "
                 f"one) was {disturbance:.0%}, above the {threshold:.0%} that marks a disturbed "
                 f"run: other processes held the processor during some timed passes, which is "
-                f"why $c$ and $g$ come from the fastest repeats")
+                f"why c and g come from the fastest repeats")
     return (f"the largest disturbance of a pass time (median over fastest repeat, minus one) "
             f"was {disturbance:.0%}, within the {threshold:.0%} of an undisturbed run")

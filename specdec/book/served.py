@@ -227,8 +227,16 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     list of dict
         ``server``, ``repeat``, ``positions`` (the engine's ``prompt_n``), ``ms``.
     """
+    if not (isinstance(prefix, str) and isinstance(continuation, str)):
+        raise TypeError("prefix, continuation: must be strings")
     if not (prefix.isascii() and continuation.isascii()):
         raise ValueError("prefix, continuation: must be ASCII (one byte, one token)")
+    positions = list(positions)
+    if not positions or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
+                                for k in positions):
+        raise ValueError(f"positions: must be one or more integers >= 1 (got {positions!r})")
+    if not (isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 1):
+        raise ValueError(f"repeats: must be an integer >= 1 (got {repeats!r})")
     if max(positions) > len(continuation):
         raise ValueError(f"continuation: needs at least {max(positions)} characters")
     rows = []

@@ -132,6 +132,8 @@ def main(argv=None) -> int:
             raise ValueError("--rate and --concurrency: give one of them (open or closed loop)")
         if not args.out.parent.is_dir():
             raise ValueError(f"--out: directory {str(args.out.parent)!r} does not exist")
+        if args.out.is_dir():
+            raise ValueError(f"--out: {str(args.out)!r} is a directory; name a file in it")
         prompts = _prompts(args)
     except (ValueError, argparse.ArgumentTypeError) as err:
         print(f"error: {err}", file=sys.stderr)
