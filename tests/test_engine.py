@@ -256,9 +256,9 @@ def test_synthetic_acceptance_is_caught(server_binary):
 def test_pass_times_refuses_bad_arguments_by_name():
     from specdec.book.served import pass_times
 
-    for kwargs, message in ((dict(positions=[]), "positions: must be one or more"),
-                            (dict(positions=[0, 2]), "positions: must be one or more"),
-                            (dict(positions=[1.5]), "positions: must be one or more"),
+    for kwargs, message in ((dict(positions=[]), "positions: must hold at least one"),
+                            (dict(positions=[0, 2]), "positions: must be an integer >= 1"),
+                            (dict(positions=[1.5]), "positions: must be an integer >= 1"),
                             (dict(repeats=0), "repeats: must be an integer >= 1"),
                             (dict(repeats=1.5), "repeats: must be an integer >= 1")):
         args = dict(endpoints={}, prefix="abc", continuation="defgh", positions=[1, 2],

@@ -33,6 +33,7 @@ from .. import client as cl
 from .. import decode as dec
 from .. import nn
 from ..client import exactness as ex
+from ..laws import check_int
 from ..measure import rotation
 
 __all__ = ["load_engine", "rule_acceptance", "ServedStudy", "run_served_study", "pass_times",
@@ -231,12 +232,10 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
         raise TypeError("prefix, continuation: must be strings")
     if not (prefix.isascii() and continuation.isascii()):
         raise ValueError("prefix, continuation: must be ASCII (one byte, one token)")
-    positions = list(positions)
-    if not positions or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
-                                for k in positions):
-        raise ValueError(f"positions: must be one or more integers >= 1 (got {positions!r})")
-    if not (isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 1):
-        raise ValueError(f"repeats: must be an integer >= 1 (got {repeats!r})")
+    positions = [check_int(k, "positions") for k in positions]
+    if not positions:
+        raise ValueError("positions: must hold at least one number of positions")
+    repeats = check_int(repeats, "repeats")
     if max(positions) > len(continuation):
         raise ValueError(f"continuation: needs at least {max(positions)} characters")
     rows = []
@@ -368,9 +367,9 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
         # the fastest repeat: the pass's own cost without other processes' interference
         # (medians kept beside it); measured here, it predicts the large target's paired
         # speedups where medians taken on a busy machine did not
-        c, g = d1 / t1, tv / t1
         g_by_gamma = [_fastest_and_median(got, "target", k)[0] / t1      # gamma = k - 1
                       for k in range(2, gamma + 2)]
+        c, g = d1 / t1, g_by_gamma[-1]                                  # = tv / t1
         for row in paired_out[name]["rows"]:
             if row["setting"] != "speculative":
                 continue
