@@ -1,0 +1,103 @@
+"""Errata of Appendix A4: the optimal verifier (a linear program over every exact verifier).
+
+Every tolerance is stated: exact fractions where the laws are fractions, ``1e-9`` between
+two floating-point computations of the same exact number.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec import blockverify as bv
+from specdec import cycles, optimality
+from specdec.models import toy_pair
+
+FLOAT_TOL = 1e-9
+
+
+# --------------------------------------------------------------------------------------
+# The linear program over every exact verifier
+# --------------------------------------------------------------------------------------
+
+
+def test_paper_example_optimum_is_eleven_ninths_exactly():
+    ex = bv.paper_example()
+    res = optimality.optimal_accepted(cycles.fixed_oracle(ex.p, ex.q), None, (), 2)
+    assert res.certified
+    assert isinstance(res.value, F) and res.value == F(11, 9) == ex.block
+    assert res.coupling_bound == ex.bound == F(12, 9)       # the bound is not attained
+    assert sum(res.accepted_law) == pytest.approx(1.0, abs=FLOAT_TOL)
+    assert sum(i * w for i, w in enumerate(res.accepted_law)) == pytest.approx(11 / 9, abs=FLOAT_TOL)
+
+
+def test_certificate_is_a_primal_and_a_dual_solution():
+    """The exact check refuses a primal point that is not feasible or not optimal."""
+    ex = bv.paper_example()
+    oracle = cycles.fixed_oracle(ex.p, ex.q)
+    lp = optimality.verifier_lp(oracle, (), 2)
+    assert lp.shape == (12, 20) and lp.n_blocks == 4
+    # the block rule's cycle law is a feasible point of the program, with objective 11/9
+    a = lp.dense()
+    point = np.zeros(lp.shape[1])
+    index = {lab: j for j, lab in enumerate(lp.labels)}
+    for path in cycles.draft_paths(oracle, (), 2):
+        for w, emitted, tau in bv.BLOCK.verify(path):
+            key = (path.tokens, tau, None) if tau == len(path.tokens) else (path.tokens, tau, emitted[-1])
+            point[index[key]] += float(path.prob * w)
+    assert np.allclose(a @ point, np.array(lp.b, dtype=float), atol=FLOAT_TOL)
+    assert float(np.dot(lp.c, point)) == pytest.approx(11 / 9, abs=FLOAT_TOL)
+
+
+def test_toy_pair_optimum_is_block_verification():
+    p, q = toy_pair()
+    res = optimality.optimal_accepted(p, q, (), 2)
+    assert not res.certified                                 # float laws: not certified
+    assert res.value == pytest.approx(float(bv.BLOCK.mean_accepted(p, q, (), 2)), abs=FLOAT_TOL)
+    assert res.value == pytest.approx(1.077578, abs=5e-7)
+    assert res.coupling_bound == pytest.approx(1.148386, abs=5e-7)
+    assert res.value < res.coupling_bound - 0.07
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 3), gamma=st.integers(1, 3))
+def test_optimum_equals_block_verification_on_random_laws(seed, vocab, gamma):
+    rng = np.random.default_rng(seed)
+    oracle = cycles.fixed_oracle(rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab)))
+    res = optimality.optimal_accepted(oracle, None, (), gamma)
+    block = float(bv.BLOCK.mean_accepted(oracle, None, (), gamma))
+    assert res.value == pytest.approx(block, abs=FLOAT_TOL)
+    assert res.value <= float(res.coupling_bound) + FLOAT_TOL
+
+
+@pytest.mark.parametrize("seed", [3, 11, 2026])
+def test_optimum_equals_block_verification_on_random_toy_pairs(seed):
+    """Context-dependent laws with end-of-sequence: still block verification."""
+    p, q = toy_pair(3, seed=seed, closeness=0.4)
+    for gamma in (1, 2):
+        res = optimality.optimal_accepted(p, q, (1,), gamma)
+        assert res.value == pytest.approx(float(bv.BLOCK.mean_accepted(p, q, (1,), gamma)), abs=FLOAT_TOL)
+        assert res.value <= res.coupling_bound + FLOAT_TOL
+        assert res.value >= float(bv.TOKEN.mean_accepted(p, q, (1,), gamma)) - FLOAT_TOL
+
+
+def test_rational_case_certified_equal_to_block_rule():
+    oracle = cycles.fixed_oracle([F(1, 2), F(1, 4), F(1, 4)], [F(1, 4), F(1, 4), F(1, 2)])
+    res = optimality.optimal_accepted(oracle, None, (), 2)
+    block = bv.BLOCK.mean_accepted(oracle, None, (), 2)
+    assert isinstance(block, F) and block == F(11, 8)
+    assert res.certified and res.value == block
+
+
+def test_optimality_errors():
+    p, q = toy_pair()
+    with pytest.raises(ValueError, match="gamma"):
+        optimality.optimal_accepted(p, q, (), 0)
+    with pytest.raises(ValueError, match="gamma"):
+        optimality.verifier_lp(cycles.model_oracle(*toy_pair(8)), (), 7)
+    with pytest.raises(TypeError, match="target"):
+        optimality.optimal_accepted("p", q, (), 2)
