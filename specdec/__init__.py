@@ -19,14 +19,16 @@ The library behind *specdec-book*. One module per idea:
   regime carried across cycles (exact Markov renewal-reward laws), and cycle dependence.
 - :mod:`specdec.cycles`: exact laws of stateless verification rules (draft paths, cycle
   outcomes, the sequence-law dynamic programme shared by the four modules below).
-- :mod:`specdec.blockverify`: block verification (Sun et al.), the paper's 10/9, 11/9 and
-  12/9, and its flawed variants.
+- :mod:`specdec.blockverify`: block verification (Sun et al.), the paper's 10/9 and 11/9,
+  the sum-of-minima bound (12/9 there, not attained), and its flawed variants.
+- :mod:`specdec.optimality`: the linear program over every exact verifier of one cycle
+  (scipy's HiGHS, certified in fractions): its optimum is block verification's count.
 - :mod:`specdec.multidraft`: several drafts per position and draft trees, verified by
   recursive rejection sampling (SpecInfer; with and without replacement, top-k).
 - :mod:`specdec.matching`: the matching rule (accept while the target's own sample
   equals the draft), exact for any draft, and its same-seed property.
-- :mod:`specdec.lossy`: lossy acceptance (typical, lenient, relaxed): exact TV and KL to
-  the target beside the accepted tokens they buy.
+- :mod:`specdec.lossy`: lossy acceptance (typical, SGLang's thresholds, a scaled ratio,
+  relaxed): exact TV and KL to the target beside the accepted tokens they buy.
 - :mod:`specdec.conformance`, :mod:`specdec.gallery`: a test kit for real samplers, and
   buggy samplers it must catch (``python -m specdec.conformance pkg.module:function``).
 - :mod:`specdec.nn`, :mod:`specdec.decode`: numpy inference of the small trained models

@@ -1,7 +1,8 @@
-"""Errata of Appendix A4: the optimal verifier (a linear program over every exact verifier).
+"""The two errata of Appendix A4: the optimal verifier (a linear program) and SGLang's rule.
 
 Every tolerance is stated: exact fractions where the laws are fractions, ``1e-9`` between
-two floating-point computations of the same exact number.
+two floating-point computations of the same exact number, and a frequency test that
+fails a correct sampler with probability at most ``FALSE_ALARM``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec import blockverify as bv
-from specdec import cycles, optimality
-from specdec.models import toy_pair
+from specdec import cycles, lossy, matching, optimality, stats
+from specdec.block import law_tv
+from specdec.models import sequence_law, toy_pair
 
+FALSE_ALARM = 1e-9
 FLOAT_TOL = 1e-9
 
 
@@ -101,3 +104,68 @@ def test_optimality_errors():
         optimality.verifier_lp(cycles.model_oracle(*toy_pair(8)), (), 7)
     with pytest.raises(TypeError, match="target"):
         optimality.optimal_accepted("p", q, (), 2)
+
+
+# --------------------------------------------------------------------------------------
+# SGLang's target-only rule
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_sglang_at_unit_thresholds_is_the_matching_rule(greedy):
+    p, q = toy_pair()
+    rule = lossy.Lossy("sglang")
+    for gamma in (1, 3):
+        a = rule.sequence_law(p, q, (), gamma, 4, greedy=greedy)
+        b = matching.MATCHING.sequence_law(p, q, (), gamma, 4, greedy=greedy)
+        assert law_tv(a, b) < 1e-12
+        assert np.allclose(rule.accepted_count_law(p, q, (), gamma, greedy=greedy),
+                           matching.MATCHING.accepted_count_law(p, q, (), gamma, greedy=greedy), atol=1e-12)
+    assert law_tv(rule.sequence_law(p, q, (), 3, 4), sequence_law(p, (), 4)) < 1e-12
+
+
+def test_sglang_tv_and_accepted_on_the_toy_pair():
+    p, q = toy_pair()
+    tv = {t: lossy.measure(p, q, (), 3, 4, "sglang", {"t_acc": t}) for t in (1.0, 0.8, 0.2)}
+    assert round(tv[0.8].tv, 3) == 0.061 and round(tv[0.2].tv, 3) == 0.300
+    old = {t: lossy.measure(p, q, (), 3, 4, "scaled_ratio", {"t_acc": t}).tv for t in (0.8, 0.2)}
+    assert round(old[0.8], 3) == 0.125 and round(old[0.2], 3) == 0.442
+    # at thresholds 1 it accepts what the matching rule accepts, less than speculative sampling
+    assert tv[1.0].mean_accepted == pytest.approx(matching.MATCHING.mean_accepted(p, q, (), 3), abs=1e-12)
+    assert tv[1.0].mean_accepted < tv[1.0].exact_mean_accepted
+    assert tv[1.0].mean_accepted < tv[0.8].mean_accepted < tv[0.2].mean_accepted
+    assert 0 < tv[0.8].kl < tv[0.2].kl < float("inf")
+
+
+def test_sglang_single_threshold_accepts_likely_tokens():
+    p, q = toy_pair(eos=None)
+    always = lossy.Lossy("sglang", {"t_single": 1e-12}).accepted_count_law(p, q, (), 3)
+    assert always[3] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_sglang_sampler_matches_its_exact_law():
+    """One sampled cycle follows the exact cycle law (fails a correct sampler w.p. <= 1e-9)."""
+    p, q = toy_pair()
+    rule = lossy.Lossy("sglang", {"t_acc": 0.5, "t_single": 0.6})
+    rng = np.random.default_rng(18)
+    n, gamma = 6_000, 3
+    f = cycles.RuleSampler(rule)
+    counts: dict = {}
+    for _ in range(n):
+        emitted, k, k_prop = f(p, q, (), gamma, rng)
+        counts[emitted, k] = counts.get((emitted, k), 0) + 1
+    law: dict = {}
+    for w, em, k in rule.outcomes(cycles.model_oracle(p, q), (), gamma):
+        law[em, k] = law.get((em, k), 0.0) + w
+    assert set(counts) <= set(law)
+    keys = sorted(law)
+    stats.assert_law(np.array([counts.get(k, 0) for k in keys]), np.array([law[k] for k in keys]),
+                     false_alarm=FALSE_ALARM)
+
+
+def test_sglang_rejected_token_is_never_emitted_at_its_position():
+    p, q = toy_pair()
+    path = cycles.draft_paths(cycles.model_oracle(p, q), (), 2)[0]
+    for w, emitted, k in lossy.Lossy("sglang", {"t_acc": 0.7}).verify(path):
+        if k < len(path.tokens):
+            assert emitted[k] != path.tokens[k] and w > 0
