@@ -21,6 +21,8 @@ computed by enumeration, so its distance to the target is a number, not an impre
     emitted at each position is the target's own sample: this is the matching rule
     (:data:`specdec.matching.MATCHING`), exact, and accepting ``p(x)`` rather than
     speculative sampling's ``min(1, p(x) / q(x))``; smaller thresholds accept more.
+    SGLang's EAGLE drafter proposes the draft's top-k tokens (a greedy chain at top-k 1):
+    ``greedy=True`` models that draft.
 ``"scaled_ratio"`` (no engine's rule; kept for comparison)
     Accept ``x`` with probability ``min(1, p(x) / (t_acc q(x)))``, or always when
     ``p(x) >= t_single``; at a rejection draw from the residual ``(p - q)^+``. With
@@ -57,7 +59,8 @@ References
    the final token); the help texts of both options in
    ``python/sglang/srt/server_args.py`` and ``docs/advanced_features/server_arguments.md``
    ("The accept probability of a draft token is raised from its target probability p to
-   min(1, p / threshold_acc)").
+   min(1, p / threshold_acc)"); the drafts, ``fast_topk(probs, self.topk)`` of the draft's
+   probabilities in ``python/sglang/srt/speculative/eagle_worker.py``.
 """
 
 from __future__ import annotations
