@@ -242,17 +242,18 @@ def accepted_bound(target, draft, prefix, gamma: int):
 
     It is a true upper bound, attained at ``gamma = 1`` (by speculative sampling) but not
     in general for longer blocks: each term is the best coupling of one block length
-    alone, and one exact verifier need not reach them all at once. (A scheme that draws
-    the drafted and the emitted blocks from one maximal coupling reaches it, but after a
-    rejection it emits further tokens of its own from the target's laws off the drafted
-    path; a verifier emits the accepted prefix and one token.) In Sun et al.'s example it is 12/9, while the largest
-    expected accepted count of any valid verifier, even one that knows the joint block
-    laws, is 11/9, block verification's (:func:`specdec.optimality.optimal_accepted`
-    solves the linear program over all verifiers and certifies 11/9 exactly). The gap of
-    1/9 is not an information gap: the example's laws do not depend on the context, so
-    a verifier that sees only the laws along the drafted path knows them all. Sun et al.
-    prove block verification optimal among verifiers that use the probabilities on the
-    drafted path; Thomas and Pal extend this to verifiers using off-path probabilities.
+    alone, and one exact verifier need not reach them all at once. In Sun et al.'s
+    example it is 12/9, while the largest expected accepted count of any valid verifier,
+    even one that knows the joint block laws, is 11/9, block verification's
+    (:func:`specdec.optimality.optimal_accepted` solves the linear program over all
+    verifiers and certifies 11/9 exactly). The gap of 1/9 is not an information gap: the
+    example's laws do not depend on the context, so a verifier that sees only the laws
+    along the drafted path knows them all. The scheme that reaches 12/9 there draws the
+    drafted and the emitted two-token blocks from one maximal coupling; after a rejected
+    first token it emits a second token of its own, from the target's law off the drafted
+    path, which a verifier (an accepted prefix and one token) does not. Sun et al. prove
+    block verification optimal among verifiers that use the probabilities on the drafted
+    path; Thomas and Pal extend this to verifiers using off-path probabilities.
 
     Parameters
     ----------

@@ -32,6 +32,12 @@ case this module has been run on, and lies below the sum-of-minima bound
 (:func:`specdec.blockverify.accepted_bound`), which no valid verifier attains in general
 (on Sun et al.'s example: 11/9 against 12/9).
 
+What the bound would need shows when the program admits more than verifiers
+(``free_tokens=True``): schemes that, after a rejection, emit several tokens of their own
+(from the target's laws off the drafted path, which one target pass along the path does
+not give). Their optimum reaches the sum-of-minima bound on Sun et al.'s example (12/9,
+certified) and on the book's toy pair at ``gamma = 2`` and 3.
+
 :func:`optimal_accepted` solves the program with scipy's HiGHS. On laws given as
 fractions (:func:`specdec.cycles.fixed_oracle`) it also *certifies* the optimum in exact
 rational arithmetic: a primal solution and a dual solution, both rationalised, are
@@ -51,6 +57,7 @@ References
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -81,7 +88,9 @@ class VerifierLP:
     c : tuple of int, shape (n_variables,)
         Objective: the accepted count of each variable.
     labels : tuple of tuple
-        ``(draft block, tau, y)`` per variable (``y`` is None for full acceptance).
+        ``(draft block, tau, tail)`` per variable: the cycle emits the block's first
+        ``tau`` tokens and then ``tail`` (one token for a verifier's correction; empty
+        for full acceptance, whose bonus is the target's).
     n_blocks : int
         Number of draft-block rows (the first rows of ``A``).
     """
@@ -123,8 +132,13 @@ def _completions(oracle, ctx: tuple, head: tuple, length: int, one):
     return out
 
 
-def verifier_lp(oracle, ctx: tuple, gamma: int) -> VerifierLP:
+def verifier_lp(oracle, ctx: tuple, gamma: int, *, free_tokens: bool = False) -> VerifierLP:
     """Build the linear program over every exact verifier of one cycle from ``ctx``.
+
+    With ``free_tokens`` the program also admits schemes that, after accepting
+    ``x_1..x_tau`` (``tau < k``), emit any ``1`` to ``gamma + 1 - tau`` tokens of their own
+    choosing (not only one): tokens whose laws lie off the drafted path, which a verifier
+    cannot emit. Its optimum shows what the sum-of-minima bound would need.
 
     Parameters
     ----------
@@ -134,6 +148,8 @@ def verifier_lp(oracle, ctx: tuple, gamma: int) -> VerifierLP:
         Confirmed context (valid for the oracle).
     gamma : int
         Draft length (>= 1); the draft samples its tokens.
+    free_tokens : bool
+        Admit several emitted tokens after a rejection (default: one, a verifier).
 
     Returns
     -------
@@ -142,18 +158,20 @@ def verifier_lp(oracle, ctx: tuple, gamma: int) -> VerifierLP:
     Raises
     ------
     ValueError
-        ``gamma`` below 1, or ``V ** gamma * (gamma V + 1)`` (the variables before EOS
-        shortens any block) over :data:`MAX_VARIABLES`.
+        ``gamma`` below 1, or more than :data:`MAX_VARIABLES` variables before EOS
+        shortens any block (``V ** gamma * (gamma V + 1)`` for a verifier).
     """
     gamma = check_int(gamma, "gamma", minimum=1)
     vocab = oracle.vocab_size
-    most = vocab ** gamma * (gamma * vocab + 1)       # before EOS shortens any block
+    length = gamma + 1
+    spans = [range(1, length - tau + 1) if free_tokens else range(1, 2) for tau in range(gamma)]
+    most = vocab ** gamma * (1 + sum(vocab ** m for span in spans for m in span))
     if most > MAX_VARIABLES:
         raise ValueError(f"gamma: the program could have {most} variables (more than "
                          f"{MAX_VARIABLES}); use a smaller gamma or vocabulary")
     paths = cycles.draft_paths(oracle, ctx, gamma)
     one = paths[0].prob * 0 + 1
-    length = gamma + 1
+    eos = oracle.eos
     rows: dict = {}
     target = _completions(oracle, ctx, (), length, one)
     b = [d.prob for d in paths]
@@ -174,13 +192,16 @@ def verifier_lp(oracle, ctx: tuple, gamma: int) -> VerifierLP:
     for j, d in enumerate(paths):
         k = len(d.tokens)
         for tau in range(k):
-            for y in range(vocab):
-                columns.append(column(j, d.tokens[:tau] + (y,)))
-                c.append(tau)
-                labels.append((d.tokens, tau, y))
+            for m in spans[tau]:
+                for tail in itertools.product(range(vocab), repeat=m):
+                    if eos is not None and eos in tail[:-1]:
+                        continue              # nothing is emitted after EOS
+                    columns.append(column(j, d.tokens[:tau] + tail))
+                    c.append(tau)
+                    labels.append((d.tokens, tau, tail))
         columns.append(column(j, d.tokens))   # full acceptance: the block, then the target
         c.append(k)
-        labels.append((d.tokens, k, None))
+        labels.append((d.tokens, k, ()))
     return VerifierLP(columns=tuple(columns), b=tuple(b), c=tuple(c), labels=tuple(labels),
                       n_blocks=len(paths))
 
@@ -243,7 +264,7 @@ class OptimalVerifier:
     n_constraints: int
 
 
-def optimal_accepted(target, draft, prefix, gamma: int) -> OptimalVerifier:
+def optimal_accepted(target, draft, prefix, gamma: int, *, free_tokens: bool = False) -> OptimalVerifier:
     """Solve the linear program over every exact verifier of one cycle (HiGHS).
 
     Parameters
@@ -255,6 +276,10 @@ def optimal_accepted(target, draft, prefix, gamma: int) -> OptimalVerifier:
         Prompt (no EOS).
     gamma : int
         Draft length (>= 1); the draft samples its tokens.
+    free_tokens : bool
+        Solve instead over schemes that may emit several tokens of their own after a
+        rejection (:func:`verifier_lp`): not verifiers; their optimum can exceed every
+        verifier's and reach the sum-of-minima bound.
 
     Returns
     -------
@@ -280,6 +305,9 @@ def optimal_accepted(target, draft, prefix, gamma: int) -> OptimalVerifier:
     >>> res = optimal_accepted(fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)]), None, (), 2)
     >>> res.value, res.certified, res.coupling_bound
     (Fraction(11, 9), True, Fraction(4, 3))
+    >>> optimal_accepted(fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)]), None, (), 2,
+    ...                  free_tokens=True).value                 # not a verifier: the bound
+    Fraction(4, 3)
     """
     from scipy.optimize import linprog
     from scipy.sparse import csc_array
@@ -290,7 +318,7 @@ def optimal_accepted(target, draft, prefix, gamma: int) -> OptimalVerifier:
         oracle = cycles.model_oracle(target, draft)
         ctx = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
-    lp = verifier_lp(oracle, ctx, gamma)
+    lp = verifier_lp(oracle, ctx, gamma, free_tokens=free_tokens)
     n_rows, n_vars = lp.shape
     idx = [(i, j, float(v)) for j, col in enumerate(lp.columns) for i, v in col]
     rr, cc, vv = zip(*idx)

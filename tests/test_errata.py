@@ -50,10 +50,20 @@ def test_certificate_is_a_primal_and_a_dual_solution():
     index = {lab: j for j, lab in enumerate(lp.labels)}
     for path in cycles.draft_paths(oracle, (), 2):
         for w, emitted, tau in bv.BLOCK.verify(path):
-            key = (path.tokens, tau, None) if tau == len(path.tokens) else (path.tokens, tau, emitted[-1])
+            key = (path.tokens, tau, () if tau == len(path.tokens) else (emitted[-1],))
             point[index[key]] += float(path.prob * w)
     assert np.allclose(a @ point, np.array(lp.b, dtype=float), atol=FLOAT_TOL)
     assert float(np.dot(lp.c, point)) == pytest.approx(11 / 9, abs=FLOAT_TOL)
+
+
+def test_free_tokens_reach_the_bound_on_the_paper_example():
+    """Emitting a second token of its own after a rejection is what 12/9 needs."""
+    ex = bv.paper_example()
+    res = optimality.optimal_accepted(cycles.fixed_oracle(ex.p, ex.q), None, (), 2, free_tokens=True)
+    assert res.certified and res.value == ex.bound == F(4, 3)
+    p, q = toy_pair()
+    free = optimality.optimal_accepted(p, q, (), 2, free_tokens=True)
+    assert bv.BLOCK.mean_accepted(p, q, (), 2) < free.value <= free.coupling_bound + FLOAT_TOL
 
 
 def test_toy_pair_optimum_is_block_verification():
