@@ -22,7 +22,12 @@ computed by enumeration, so its distance to the target is a number, not an impre
     (:data:`specdec.matching.MATCHING`), exact, and accepting ``p(x)`` rather than
     speculative sampling's ``min(1, p(x) / q(x))``; smaller thresholds accept more.
     SGLang's EAGLE drafter proposes the draft's top-k tokens (a greedy chain at top-k 1):
-    ``greedy=True`` models that draft.
+    ``greedy=True`` models that draft. (In a tree the kernel draws one coin per accepted
+    node and tries its children in turn with the *accumulated* target probability of the
+    siblings tried so far, accepting the ``j``-th when
+    ``coin <= (p(x_1) + ... + p(x_j)) / t_acc`` or ``p(x_j) >= t_single``; after the last
+    rejected sibling it draws from ``p`` with every rejected sibling removed. The chain
+    here is the one-child case.)
 ``"scaled_ratio"`` (no engine's rule; kept for comparison)
     Accept ``x`` with probability ``min(1, p(x) / (t_acc q(x)))``, or always when
     ``p(x) >= t_single``; at a rejection draw from the residual ``(p - q)^+``. With
