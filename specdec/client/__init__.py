@@ -15,7 +15,8 @@ Modules, by idea:
   :class:`ClientError` names the failing request.
 - :mod:`specdec.client.load`: closed-loop concurrency, open-loop arrivals (Poisson or
   gamma), goodput under TTFT/TPOT limits, server-reported acceptance, prompt lengths in
-  server tokens, and the paired, interleaved baseline-versus-speculative protocol.
+  server tokens, and the paired, interleaved baseline-versus-speculative protocol; a run
+  that fails raises :class:`RunFailed` with what it measured before the failure.
 - :mod:`specdec.client.exactness`: the served engine's law, black box: seeded draws of
   the first tokens after a prompt against the exact law (calibrated, :mod:`specdec.stats`),
   or, without an exact law, against the same server without speculation (two samples).
