@@ -455,10 +455,11 @@ with engine.serve("draft", log=lambda *_: None) as server:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_no_server_outlives_the_process_that_started_it(server_binary, signum):
-    """SIGTERM (no handler: no cleanup code runs) or SIGKILL to a process inside
-    ``engine.serve``: its server is killed with it, as a killed Jupyter kernel's is."""
+    """SIGINT (the block's cleanup runs), SIGTERM (no handler: no cleanup code runs) or
+    SIGKILL to a process inside ``engine.serve``: its server is gone with it, as a killed
+    Jupyter kernel's is."""
     holder = _spawn([sys.executable, "-c", HOLDER])
     port, pid = map(int, _wait_for_line(holder, SERVING).groups())
     try:
@@ -573,11 +574,13 @@ with engine.serve("draft", log=lambda *_: None) as server:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", "SIGTERM to the group"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", "SIGTERM to the group",
+                                 "SIGINT to the group"])
 def test_an_interrupted_build_leaves_no_server(server_binary, tmp_path, how):
     """``tools/build.py`` executing a chapter that is inside ``engine.serve``, stopped by
-    SIGTERM or SIGKILL to the build alone, or by SIGTERM to its process group (what
-    ``timeout`` does): the chapter's server is gone within seconds."""
+    SIGTERM or SIGKILL to the build alone, by SIGTERM to its process group (what
+    ``timeout`` does) or SIGINT to it (Ctrl-C in a terminal): the chapter's server is gone
+    within seconds."""
     root, pidfile = tmp_path / "book", tmp_path / "server.pid"
     (root / "notebooks").mkdir(parents=True)
     (root / "specdec").mkdir()
@@ -598,8 +601,8 @@ def test_an_interrupted_build_leaves_no_server(server_binary, tmp_path, how):
             time.sleep(0.1)
         assert pid, f"the chapter started no server: {build.communicate(timeout=30)[1][-2000:]}"
         assert _alive(pid) and _listening(port)
-        if how == "SIGTERM to the group":
-            os.killpg(build.pid, signal.SIGTERM)
+        if how.endswith("to the group"):
+            os.killpg(build.pid, getattr(signal, how.split()[0]))
         else:
             build.send_signal(getattr(signal, how))
         build.wait(60)
