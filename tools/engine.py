@@ -537,7 +537,7 @@ def serve_until_stopped(target: str = "target", draft: str | None = None, gamma:
                 time.sleep(poll)
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else \
             f"exited with status {code}"
-        tail = server.log.read_text(errors="replace")[-1500:]
+        tail = "\n".join(server.log.read_text(errors="replace").splitlines()[-12:])
         print(f"error: llama-server (PID {server.pid}, {server.url}) {how}; serve stops "
               f"(log {server.log}):\n{tail}", file=err, flush=True)
         return 1
