@@ -346,3 +346,17 @@ def test_cli_writes_the_results_so_far_when_the_server_dies(tmp_path, capsys):
     assert f["request"] == f"en-{len(measured)}" and f["request"] in err
     assert "connection failed" in f["error"] and f["load"]["concurrency"] == 1
     assert f"results so far: {out} ({len(measured)} requests measured" in err
+
+
+def test_a_failed_open_loop_keeps_the_requests_measured_before_it():
+    server = ScriptedServer(Script(delays=(0.01, 0.01), texts=("a", "b"), tokens=(1, 1)))
+    specs = [cl.RequestSpec(f"es-{k}", "hola", 2, seed=k) for k in range(12)]
+    with server as url:
+        with pytest.raises(cl.RunFailed, match="connection failed") as info:
+            cl.open_loop(cl.Endpoint(url, timeout=5), specs, 20.0, rng=4,
+                         progress=_kill_after(server, 3))
+    done = [r.id for r in info.value.partial.records]
+    f = info.value.failure
+    assert len(done) >= 3 and f["request"] not in done and f["request"].startswith("es-")
+    assert f["load"] == {"kind": "open", "rate": 20.0, "burstiness": 1.0}
+    assert all(r.completion_tokens == 2 for r in info.value.partial.records)
