@@ -226,8 +226,11 @@ def test_cli_errors(tmp_path, capsys):
     assert "url" in capsys.readouterr().err
     assert cli(["--endpoint", "http://127.0.0.1:1", "--concurrency", "0"]) == 2
     url = f"http://127.0.0.1:{free_port()}"
-    assert cli(["--endpoint", url, "--timeout", "5", "--out", str(tmp_path / "x.json")]) == 1
+    assert cli(["--endpoint", url, "--timeout", "5", "--out", str(tmp_path / "x.json")]) == 3
     assert "connection failed" in capsys.readouterr().err
+    written = json.loads((tmp_path / "x.json").read_text())         # the failure recorded
+    assert written["complete"] is False and written["runs"] == []
+    assert "tokenize request 0" in written["failure"]["error"]
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     assert cli(["--endpoint", url, "--prompts", str(bad)]) == 2
@@ -251,3 +254,109 @@ def test_cli_errors(tmp_path, capsys):
         full = ["--endpoint", url] + argv if argv[0] != "--endpoint" else argv
         assert cli(full) == 2, argv
         assert flag in capsys.readouterr().err, argv
+
+
+# ------------------------------------------------------------- nothing measured is lost
+def _kill_after(server: ScriptedServer, n: int):
+    """A progress callback that stops ``server`` (no more connections) after ``n`` requests."""
+    done = []
+
+    def progress(k):
+        done.append(k)
+        if len(done) == n:
+            server.httpd.shutdown()
+            server.httpd.server_close()
+    return progress
+
+
+def test_a_failed_run_keeps_the_requests_measured_before_it():
+    server = ScriptedServer(Script(delays=(0.01, 0.01), texts=("a", "b"), tokens=(1, 1)))
+    specs = [cl.RequestSpec(f"en-{k}", "hello", 2, seed=k) for k in range(6)]
+    with server as url:
+        with pytest.raises(cl.RunFailed, match=r"request 'en-3' .*connection failed") as info:
+            cl.closed_loop(cl.Endpoint(url, timeout=5), specs, 1, progress=_kill_after(server, 3),
+                           setting="spec")
+    err = info.value
+    assert isinstance(err, cl.ClientError)
+    assert [r.id for r in err.partial.records] == ["en-0", "en-1", "en-2"]
+    assert all(r.completion_tokens == 2 for r in err.partial.records)
+    f = err.failure
+    assert f["request"] == "en-3" and "connection failed" in f["error"]
+    assert f["setting"] == "spec" and f["load"] == {"kind": "closed", "concurrency": 1}
+    assert f["clock"] >= err.partial.records[-1].end and 0 < f["after"] == err.partial.wall
+    assert f["time_utc"].endswith("+00:00")
+    s = cl.summarize_run(err.partial)
+    assert s["requests"] == 3 and s["completion_tokens"] == 6
+
+
+def test_a_failed_paired_run_keeps_the_complete_runs():
+    prompts = {"it": ["ciao", "buona sera"], "en": ["hello"]}
+    script = Script(delays=(0.01, 0.01), texts=("a", "b"), tokens=(1, 1))
+    spec_server, base_server = ScriptedServer(script), ScriptedServer(Script(timings={}))
+    # repeat 0: it/baseline (2 requests), it/speculative (2), en/baseline (1), en/spec (1);
+    # repeat 1: it/speculative (2), then it/baseline: its server is gone after request 8
+    with spec_server as url, base_server as base:
+        eps = {"baseline": cl.Endpoint(base, timeout=5), "speculative": cl.Endpoint(url)}
+        with pytest.raises(cl.RunFailed) as info:
+            cl.paired(eps, prompts, baseline="baseline", repeats=2, max_tokens=2,
+                      progress=_kill_after(base_server, 8))
+    out, f = info.value.partial, info.value.failure
+    order = [(r["repeat"], r["language"], r["setting"], r["complete"]) for r in out["runs"]]
+    assert order == [(0, "it", "baseline", True), (0, "it", "speculative", True),
+                     (0, "en", "baseline", True), (0, "en", "speculative", True),
+                     (1, "it", "speculative", True), (1, "it", "baseline", False)]
+    assert out["complete"] is False and out["runs"][-1]["records"] == []
+    assert f["request"] == "it-0" and f["repeat"] == 1 and f["language"] == "it"
+    assert f["setting"] == "baseline"
+    rows = {(r["language"], r["setting"]): r for r in out["rows"]}
+    assert rows[("it", "speculative")]["repeats"] == 2 and rows[("it", "baseline")]["repeats"] == 1
+    assert rows[("it", "speculative")]["speedup"] > 0       # from repeat 0, the one complete pair
+
+
+def test_cli_writes_the_results_so_far_when_the_server_dies(tmp_path, capsys):
+    import threading
+    import time
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"en": [f"hello {k}" for k in range(40)]}))
+    out = tmp_path / "r.json"
+    script = Script(delays=(0.02, 0.02), texts=("a", "b"), tokens=(1, 1))
+    server = ScriptedServer(script)
+
+    def kill():                    # the server goes away as the 5th request arrives
+        while len(script.bodies) < 5:
+            time.sleep(0.001)
+        server.httpd.shutdown()
+        server.httpd.server_close()
+    with server as url:
+        killer = threading.Thread(target=kill, daemon=True)
+        killer.start()
+        code = cli(["--endpoint", url, "--prompts", str(prompts), "--prompts-per-language",
+                    "40", "--max-tokens", "2", "--timeout", "5", "--out", str(out)])
+        killer.join()
+    assert code == 3
+    err = capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and len(data["runs"]) == 1
+    run = data["runs"][0]
+    measured = [r["id"] for r in run["records"]]
+    assert run["complete"] is False and 4 <= len(measured) < 40 and run["requests"] == len(measured)
+    assert measured == [f"en-{k}" for k in range(len(measured))]      # in order, none lost
+    f = data["failure"]
+    assert f["request"] == f"en-{len(measured)}" and f["request"] in err
+    assert "connection failed" in f["error"] and f["load"]["concurrency"] == 1
+    assert f"results so far: {out} ({len(measured)} requests measured" in err
+
+
+def test_a_failed_open_loop_keeps_the_requests_measured_before_it():
+    server = ScriptedServer(Script(delays=(0.01, 0.01), texts=("a", "b"), tokens=(1, 1)))
+    specs = [cl.RequestSpec(f"es-{k}", "hola", 2, seed=k) for k in range(12)]
+    with server as url:
+        with pytest.raises(cl.RunFailed, match="connection failed") as info:
+            cl.open_loop(cl.Endpoint(url, timeout=5), specs, 20.0, rng=4,
+                         progress=_kill_after(server, 3))
+    done = [r.id for r in info.value.partial.records]
+    f = info.value.failure
+    assert len(done) >= 3 and f["request"] not in done and f["request"].startswith("es-")
+    assert f["load"] == {"kind": "open", "rate": 20.0, "burstiness": 1.0}
+    assert all(r.completion_tokens == 2 for r in info.value.partial.records)

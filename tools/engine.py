@@ -19,7 +19,10 @@ Tooling, not library: the book's build, the tests and ``make engine`` use it to
 * **serve**: :func:`serve` starts the server on 127.0.0.1 on a free port, with or without
   the draft (``-md draft.gguf --spec-type draft-simple --spec-draft-n-max gamma``: ``-md``
   alone loads the draft and does not use it), one thread (``-t 1``), waits until
-  ``/health`` answers, and always stops it by PID.
+  ``/health`` answers, and always stops it by PID. On Linux the server is also tied to the
+  life of the process that started it (:func:`tie_to_parent`), so that a run interrupted
+  in any way (SIGTERM, SIGINT, a timeout, a Jupyter kernel killed with SIGKILL) leaves
+  no server behind; ``python tools/engine.py serve`` stops with its server.
 
 Command line: ``python tools/engine.py build|convert|serve|adopt DIR|path``.
 """
@@ -40,7 +43,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -315,7 +318,11 @@ def convert(name: str, log=print) -> Path:
 # ------------------------------------------------------------------------ serving
 @dataclass(frozen=True)
 class Server:
-    """A running llama-server: its URL, PID, command line and log file."""
+    """A running llama-server: its URL, PID, command line and log file.
+
+    :meth:`poll` says whether it still runs (None) or how it ended (its exit status,
+    ``-N`` when killed by signal ``N``).
+    """
 
     url: str
     pid: int
@@ -324,6 +331,58 @@ class Server:
     log: Path
     draft: str | None
     gamma: int | None
+    process: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+
+    def poll(self) -> int | None:
+        """None while the server runs, else its exit status (``-N``: killed by signal N)."""
+        return None if self.process is None else self.process.poll()
+
+
+# Run as ``python -I -S -c _TIED PARENT_PID PROGRAM ARGS...`` in the child: ask the kernel
+# for SIGKILL when the parent dies (prctl(PR_SET_PDEATHSIG), PR_SET_PDEATHSIG = 1), check
+# that the parent did not die before that (it would then be another process), and
+# replace this interpreter by the program: same PID, nothing left in between.
+_TIED = """\
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_PDEATHSIG): " + os.strerror(ctypes.get_errno()))
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the parent process exited before its child started")
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def tie_to_parent(args: list[str]) -> list[str]:
+    """The command line that runs ``args`` killed (SIGKILL) when the caller's process dies.
+
+    Linux's ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` is set in the child, before it becomes
+    ``args[0]`` by ``execv`` (same PID), by a small interpreter (``python -I -S``, about
+    20 ms) rather than by ``preexec_fn``, which is unsafe in a process with threads such
+    as a Jupyter kernel. The kernel delivers the signal however the parent ends: normal
+    exit, an exception, SIGTERM or SIGINT without a handler, SIGKILL (papermill's timeout
+    kills the kernel so), a crash, the OOM killer; no handler or watchdog process has to
+    survive for it, and a watchdog could itself be killed first (``timeout`` signals the
+    whole process group). The child checks that its parent is still the caller after
+    the call, which closes the window in which the parent could die unnoticed.
+
+    The signal follows the *thread* that started the child: start a server from a thread
+    that outlives it (:func:`serve` is a context manager: its thread does). Elsewhere
+    than Linux ``args`` is returned unchanged and only :func:`serve`'s own stopping applies.
+
+    Parameters
+    ----------
+    args : list of str
+        Program (an absolute path) and its arguments.
+
+    Returns
+    -------
+    list of str
+        The command line to give :class:`subprocess.Popen`.
+    """
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return list(args)
+    return [sys.executable, "-I", "-S", "-c", _TIED, str(os.getpid()), *args]
 
 
 def free_port() -> int:
@@ -356,6 +415,10 @@ def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
           parallel: int = 1, threads: int = 1, exact_cache: bool = False,
           extra: tuple[str, ...] = (), startup: float = 120.0, log=print):
     """Start llama-server on 127.0.0.1 on a free port; yield a :class:`Server`; stop it.
+
+    The server is stopped by PID (SIGTERM, then SIGKILL after 10 s) when the block ends,
+    normally or by an exception; on Linux it is also killed when the calling process dies
+    in a way that runs no code (:func:`tie_to_parent`).
 
     Parameters
     ----------
@@ -404,7 +467,7 @@ def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
         full = args + ["--port", str(port)]
         logfile = logdir / f"llama-server-{port}.log"
         fh = open(logfile, "w")
-        proc = subprocess.Popen(full, stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(tie_to_parent(full), stdout=fh, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=_env(binary.parent))
         url = f"http://127.0.0.1:{port}"
         try:
@@ -421,12 +484,73 @@ def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
                 raise EngineError(f"llama-server did not answer {url}/health within "
                                   f"{startup:g} s (log {logfile})")
             yield Server(url, proc.pid, port, tuple(full), logfile, draft,
-                         gamma if draft else None)
+                         gamma if draft else None, proc)
             return
         finally:
             _stop(proc)
             fh.close()
     raise EngineError("llama-server: no free port after 3 attempts")
+
+
+class _Stopped(BaseException):
+    """Raised by the signal handler of :func:`serve_until_stopped`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def serve_until_stopped(target: str = "target", draft: str | None = None, gamma: int = 3,
+                        *, poll: float = 0.5, out=None, err=None) -> int:
+    """``python tools/engine.py serve``: serve until SIGTERM or SIGINT, or until the server dies.
+
+    Parameters
+    ----------
+    target, draft, gamma
+        As for :func:`serve`.
+    poll : float
+        Seconds between two checks that the server still runs.
+    out, err : file, optional
+        Where messages go (default standard output and standard error).
+
+    Returns
+    -------
+    int
+        0 when stopped by SIGTERM or SIGINT (Ctrl-C), the server stopped by PID; 1 when the
+        server exited by itself or could not start (the message on ``err`` says how, with
+        the tail of its log).
+    """
+    out, err = out or sys.stdout, err or sys.stderr
+
+    def stop(signum, frame):
+        for s in (signal.SIGTERM, signal.SIGINT):    # once: let the cleanup run in peace
+            signal.signal(s, signal.SIG_IGN)
+        raise _Stopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with serve(target, draft, gamma) as server:
+            print(f"serving {target}" + (f" with {draft}, gamma {gamma}" if draft else "")
+                  + f" at {server.url} (PID {server.pid}); Ctrl-C or SIGTERM stops it",
+                  file=out, flush=True)
+            while (code := server.poll()) is None:
+                time.sleep(poll)
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else \
+            f"exited with status {code}"
+        tail = "\n".join(server.log.read_text(errors="replace").splitlines()[-12:])
+        print(f"error: llama-server (PID {server.pid}, {server.url}) {how}; serve stops "
+              f"(log {server.log}):\n{tail}", file=err, flush=True)
+        return 1
+    except _Stopped as stopped:
+        print(f"serve: {signal.Signals(stopped.signum).name} received; llama-server stopped",
+              file=out, flush=True)
+        return 0
+    except EngineError as error:
+        print(f"error: {error}", file=err, flush=True)
+        return 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def main(argv=None) -> int:
@@ -438,7 +562,8 @@ def main(argv=None) -> int:
     a = sub.add_parser("adopt", help="install an existing cmake build of the pinned sources")
     a.add_argument("dir", type=Path)
     sub.add_parser("convert", help="convert the book's models to GGUF")
-    s = sub.add_parser("serve", help="serve a model until interrupted")
+    s = sub.add_parser("serve", help="serve a model until SIGTERM or Ctrl-C (exit status 0) "
+                                     "or until the server dies (exit status 1)")
     s.add_argument("--target", default="target")
     s.add_argument("--draft")
     s.add_argument("--gamma", type=int, default=3)
@@ -457,15 +582,7 @@ def main(argv=None) -> int:
         elif args.cmd == "path":
             print(build())
         elif args.cmd == "serve":
-            with serve(args.target, args.draft, args.gamma) as server:
-                print(f"serving {args.target}" + (f" with {args.draft}, gamma {args.gamma}"
-                      if args.draft else "") + f" at {server.url} (PID {server.pid}); "
-                      f"Ctrl-C stops it", flush=True)
-                try:
-                    while True:
-                        time.sleep(1)
-                except KeyboardInterrupt:
-                    pass
+            return serve_until_stopped(args.target, args.draft, args.gamma)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

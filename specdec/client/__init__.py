@@ -15,7 +15,8 @@ Modules, by idea:
   :class:`ClientError` names the failing request.
 - :mod:`specdec.client.load`: closed-loop concurrency, open-loop arrivals (Poisson or
   gamma), goodput under TTFT/TPOT limits, server-reported acceptance, prompt lengths in
-  server tokens, and the paired, interleaved baseline-versus-speculative protocol.
+  server tokens, and the paired, interleaved baseline-versus-speculative protocol; a run
+  that fails raises :class:`RunFailed` with what it measured before the failure.
 - :mod:`specdec.client.exactness`: the served engine's law, black box: seeded draws of
   the first tokens after a prompt against the exact law (calibrated, :mod:`specdec.stats`),
   or, without an exact law, against the same server without speculation (two samples).
@@ -40,14 +41,17 @@ Field names change between versions: check the version you run.
 Results file (one JSON object per run; ``"schema": "specdec.client/1"``)
 --------------------------------------------------------------------------
 ``schema``; ``command`` (argv); ``endpoint`` {url, api, model}; ``baseline`` (url or
-null); ``sampling`` (the request fields); ``max_tokens``; ``seed``; ``prompt_lengths``
+null); ``sampling`` (the request fields); ``max_tokens``; ``seed``; ``complete`` (false
+when a request failed or Ctrl-C stopped the run: the file then holds every request
+measured before it) and ``failure`` (null, or {request, error, time_utc, clock, and where:
+setting, load, after (s into the run), repeat, language}); ``prompt_lengths``
 (per language: prompts, characters, bytes and server tokens as {min, median, max});
 ``runs``: a list, one per load point, each with ``setting``, ``load`` ({kind: closed,
 concurrency} or {kind: open, rate, burstiness}), ``requests``, ``wall`` (s),
 ``completion_tokens``, ``output_throughput`` (tokens/s), ``request_throughput``,
 ``goodput`` (requests/s within ``ttft_max`` and ``tpot_max``, s), ``ttft``, ``tpot``,
 ``itl``, ``token_latency``, ``e2e`` (each {p50, p90, p99, mean}, seconds), ``draft_n``,
-``draft_n_accepted``, ``acceptance``, and ``records``: per request ``id``, ``language``,
+``draft_n_accepted``, ``acceptance``, ``complete``, and ``records``: per request ``id``, ``language``,
 ``start``, ``chunk_times``, ``chunk_texts``, ``chunk_tokens``, ``end``,
 ``completion_tokens``, ``prompt_tokens``, ``timings``, ``finish_reason``, ``ttft``,
 ``e2e``, ``tpot``; with ``--baseline``, ``paired``: the output of
@@ -58,14 +62,15 @@ Times are the client's :func:`time.perf_counter` in seconds.
 Used in Chapter 8.
 """
 
-from .load import (Run, acceptance, arrival_times, closed_loop, goodput, open_loop, paired,
-                   prompt_lengths, summarize_run, tokenize)
+from .load import (Run, RunFailed, acceptance, arrival_times, closed_loop, failure_record,
+                   goodput, open_loop, paired, prompt_lengths, summarize_run, tokenize)
 from .stream import (ClientError, Endpoint, RequestRecord, RequestSpec, plain_sampling,
                      sse_data, stream_request)
 
 SCHEMA = "specdec.client/1"
 
 __all__ = ["SCHEMA", "ClientError", "Endpoint", "RequestSpec", "RequestRecord", "sse_data",
-           "plain_sampling", "stream_request", "arrival_times", "Run", "closed_loop",
+           "plain_sampling", "stream_request", "arrival_times", "Run", "RunFailed",
+           "failure_record", "closed_loop",
            "open_loop", "goodput", "summarize_run", "acceptance", "tokenize",
            "prompt_lengths", "paired"]

@@ -6,7 +6,11 @@ interleaved protocol of chapter 8 (``--endpoint`` is the speculative server); pr
 line per load point and writes every request to a JSON file (schema in
 :mod:`specdec.client`). Prompts: a JSON file ``{"language": ["prompt", ...]}`` or, by
 default, the book's held-out prompts in Italian, English, Chinese and Spanish.
-Exit status 2 for bad arguments, 1 when a request fails (the message names it).
+
+Exit status: 0 when every request was measured; 2 for bad arguments (nothing is sent);
+3 when a request failed or Ctrl-C stopped the run: the message names the request, and the
+results file is still written, with every request measured before it and the failure
+(``"complete": false``, ``"failure"``: request, error, time).
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 from . import SCHEMA
-from .load import NoTokenizer, closed_loop, open_loop, paired, prompt_lengths, summarize_run
+from .load import (NoTokenizer, RunFailed, closed_loop, failure_record, open_loop, paired,
+                   prompt_lengths, summarize_run)
 from .stream import ClientError, Endpoint, RequestSpec, plain_sampling
+
+INCOMPLETE = 3                      # exit status: a request failed; results so far written
 
 
 def _numbers(text: str, kind, name: str) -> list:
@@ -34,7 +42,8 @@ def _numbers(text: str, kind, name: str) -> list:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specdec.client", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+        "\n\n")[0], epilog=__doc__[__doc__.index("Exit status"):].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--baseline", help="base URL of the same server without speculation: "
                                       "run the paired protocol against it")
@@ -142,7 +151,9 @@ def main(argv=None) -> int:
     result = {"schema": SCHEMA, "command": list(sys.argv if argv is None else argv),
               "endpoint": {"url": endpoint.url, "api": endpoint.api, "model": endpoint.model},
               "baseline": None if base is None else base.url, "sampling": sampling,
-              "max_tokens": args.max_tokens, "seed": args.seed, "runs": []}
+              "max_tokens": args.max_tokens, "seed": args.seed, "complete": False,
+              "failure": None, "runs": []}
+    close = lambda: None                             # noqa: E731
     try:
         result["prompt_lengths"] = _lengths(endpoint, prompts)
         specs = [RequestSpec(f"{lang}-{k}", p, args.max_tokens, sampling, args.seed + k, lang)
@@ -168,14 +179,34 @@ def main(argv=None) -> int:
                    else closed_loop(endpoint, specs, value, progress=update))
             close()
             s = summarize_run(run, ttft_max=args.ttft_max, tpot_max=args.tpot_max)
-            result["runs"].append({**s, "records": [r.to_dict() for r in run.records]})
+            result["runs"].append({**s, "records": [r.to_dict() for r in run.records],
+                                   "complete": True})
             print(_line(s))
-    except ClientError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        result["complete"] = True
+    except RunFailed as err:                 # keep what was measured before it
+        close()
+        if isinstance(err.partial, dict):
+            result["paired"] = err.partial
+        else:
+            s = summarize_run(err.partial, ttft_max=args.ttft_max, tpot_max=args.tpot_max)
+            result["runs"].append({**s, "records": [r.to_dict() for r in err.partial.records],
+                                   "complete": False})
+        result["failure"] = err.failure
+    except ClientError as err:               # before any run: prompt lengths
+        result["failure"] = failure_record(None, str(err), time.perf_counter(),
+                                           during="prompt lengths (/tokenize)")
+    except KeyboardInterrupt:
+        result["failure"] = failure_record(None, "interrupted (KeyboardInterrupt)",
+                                           time.perf_counter())
     args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
-    print(f"results: {args.out}")
-    return 0
+    if result["complete"]:
+        print(f"results: {args.out}")
+        return 0
+    measured = sum(len(r["records"]) for r in result["runs"]) + sum(
+        len(r["records"]) for r in result.get("paired", {}).get("runs", []))
+    print(f"error: {result['failure']['error']}\nresults so far: {args.out} ({measured} "
+          f"requests measured; the failure recorded under 'failure')", file=sys.stderr)
+    return INCOMPLETE
 
 
 def _endpoint(flag: str, url: str, args) -> Endpoint:
