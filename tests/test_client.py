@@ -147,7 +147,10 @@ def test_closed_and_open_loop_keep_order_and_overlap():
         opened = cl.open_loop(ep, specs, rate=math.inf)
     assert [r.id for r in parallel.records] == [s.id for s in specs]
     assert serial.wall >= 4 * 0.11
-    assert parallel.wall < serial.wall          # four in flight at once
+    # four in flight at once: every request started before the first one ended (a
+    # comparison of wall times would depend on how busy the machine is)
+    starts = [r.start for r in parallel.records]
+    assert max(starts) < min(r.start + r.e2e for r in parallel.records)
     assert opened.load == {"kind": "open", "rate": math.inf, "burstiness": 1.0}
     assert math.isnan(cl.summarize_run(serial)["acceptance"])
 
