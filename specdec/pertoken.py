@@ -343,8 +343,11 @@ def detectable_tv(n: int, *, false_alarm: float, power: float = 0.9, orderings: 
     """Per-token TV detected with probability ``power`` by :func:`pertoken_test`.
 
     ``2 tolerance + (sqrt(2 ln(2 m / false_alarm)) + z_power) / sqrt(3 n)`` for an error
-    that moves mass delta along one of the ``m`` orderings at every one of ``n``
-    positions (ratio ``p'/p`` monotone along the order; see the module docstring).
+    that moves mass along one of the ``m`` orderings at every one of ``n`` positions
+    (ratio ``p'/p`` monotone along the order, in the same direction at every position;
+    see the module docstring), delta being the TV averaged over the positions. Normal
+    approximation of the mean under the alternative; checked by simulation in
+    tests/test_pertoken.py.
 
     Parameters
     ----------
