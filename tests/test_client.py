@@ -329,6 +329,8 @@ def test_reported_positions_that_cannot_be_used_are_refused():
     assert [len(k) for _, k, _ in positions] == [1, 0]
     with pytest.raises(ex.NoLogprobs, match="no log-probabilities"):
         ex._reported_positions({"logprobs": None}, where)
+    # llama.cpp reports a byte once the text no longer ends inside a UTF-8 character
+    assert ex._reported_at(list("abé中d".encode())) == [0, 1, 3, 6, 7]
     with pytest.raises(ex.NoLogprobs, match="neither 'content'"):
         ex._reported_positions({"logprobs": {"other": 1}}, where)
 

@@ -679,6 +679,26 @@ def reported_pertoken_check(responses: Sequence[Response], *, max_tokens: int, r
                                    **dict(extra or {})})
 
 
+def _reported_at(tokens: Sequence[int]) -> list[int]:
+    """Positions of a byte-level response that llama.cpp reports probabilities for: those
+    after which the text does not end inside a UTF-8 character (its ``validate_utf8``:
+    a lead byte among the last 1 to 3 bytes whose character is not complete)."""
+    text, out = bytearray(), []
+    for i, t in enumerate(tokens):
+        text.append(int(t) & 0xFF)
+        incomplete = False
+        for back in range(1, min(4, len(text)) + 1):
+            c = text[-back]
+            need = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else \
+                4 if c & 0xF8 == 0xF0 else 0
+            if need and back < need:
+                incomplete = True
+                break
+        if not incomplete:
+            out.append(i)
+    return out
+
+
 def engine_disagreement(endpoint: Endpoint, prompts: Sequence[str], model, settings, *,
                         requests: int = 8, max_tokens: int = 32, seed: int = 0,
                         concurrency: int = 4) -> dict:
@@ -686,10 +706,11 @@ def engine_disagreement(endpoint: Endpoint, prompts: Sequence[str], model, setti
 
     llama.cpp's ``/completion`` with ``n_probs`` = the vocabulary and
     ``post_sampling_probs`` reports the law its sampler used at each position (after the
-    temperature); :func:`specdec.pertoken.response_laws` computes numpy's. Positions
-    count only in responses where every token was reported (the server leaves out tokens
-    that end inside a UTF-8 character, and those of its speculative path, whose entries
-    are empty): a measurement, so the choice of positions biases nothing.
+    temperature); :func:`specdec.pertoken.response_laws` computes numpy's. The server
+    leaves out tokens that end inside a UTF-8 character (entries are matched to positions
+    by the same rule, and by token id) and reports nothing for those of its speculative
+    path (empty entries are skipped): a measurement, so the choice of positions biases
+    nothing.
 
     Parameters
     ----------
@@ -731,10 +752,12 @@ def engine_disagreement(endpoint: Endpoint, prompts: Sequence[str], model, setti
                                                 [b["seed"] for b in bodies])):
             tokens = data.get("tokens") or []
             entries = data.get("completion_probabilities") or []
-            if len(entries) != len(tokens) or not tokens:
+            at = _reported_at(tokens)
+            if not tokens or len(at) != len(entries) or any(
+                    int(e.get("id", -1)) != tokens[i] for i, e in zip(at, entries)):
                 continue
             p = pt.response_laws(model, encode(body["prompt"]), tokens, settings)
-            for i, e in enumerate(entries):
+            for i, e in zip(at, entries):
                 tops = e.get("top_probs") or []
                 if not tops:
                     continue
