@@ -168,7 +168,8 @@ def _english(n=12):
 def _report(name, check):
     print(f"{name}: {'pass' if check.passed else 'FAIL'}, {check.tokens} tokens in "
           f"{check.requests} requests, detectable per-token TV {check.detectable_tv:.4f} "
-          f"(tolerance {check.tolerance:.2e}), Holm p {check.pvalue:.2e}, "
+          f"(tolerance {check.tolerance:.2e}), Holm p {check.pvalue:.2e}, means "
+          f"{ {k: round(v, 4) for k, v in check.means.items()} }, "
           f"{check.extra['seconds']:.1f} s")
 
 
