@@ -522,8 +522,9 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
         if empty:
             raise NoLogprobs(f"{where}: {empty} of {len(positions)} positions have no "
                              f"reported top tokens (llama.cpp reports none for tokens "
-                             f"emitted by its speculative path); use the book's models "
-                             f"(laws='model') or a server that reports every position")
+                             f"emitted by its speculative path); compute the laws from "
+                             f"the weights (--exactness model, laws='model') or use a "
+                             f"server that reports every position")
         stopped = choices[0].get("finish_reason") not in ("length", None) or \
             len(positions) < max_tokens
         out.append(Response(bodies[k].get("prompt", bodies[k].get("messages", [{}])[0]
