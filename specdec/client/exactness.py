@@ -791,7 +791,9 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
     ``/completion``), ``laws="reported"`` takes the server's reported top
     log-probabilities (:func:`reported_responses`, :func:`reported_pertoken_check`; any
     OpenAI-compatible server). The transform's uniforms come from
-    ``numpy.random.default_rng([seed, 1])``.
+    ``numpy.random.default_rng([seed, 1])``. Give two servers compared side by side
+    disjoint seeds: with the same seeds llama.cpp emits the same text with and without
+    the draft, and both checks would test the same tokens.
 
     Parameters
     ----------
