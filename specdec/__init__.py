@@ -12,6 +12,7 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.token`: one speculative step's exact output law under any step rule.
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
 - :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
+- :mod:`specdec.pertoken`: per-token exactness (every emitted token, randomised PIT, Holm).
 - :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles.
 - :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps, best draft length, for
   a constant alpha or any workload (one function per quantity).

@@ -363,3 +363,120 @@ def test_a_failed_open_loop_keeps_the_requests_measured_before_it():
     assert len(done) >= 3 and f["request"] not in done and f["request"].startswith("es-")
     assert f["load"] == {"kind": "open", "rate": 20.0, "burstiness": 1.0}
     assert all(r.completion_tokens == 2 for r in info.value.partial.records)
+
+
+# ------------------------------------------------------------------ per-token exactness
+def _chain(v=6, seed=0):
+    """A Markov chain over v tokens; the last one (the stop token) is rare."""
+    law = np.random.default_rng(seed).dirichlet(np.full(v, 0.8), size=v)
+    law[:, -1] = 0.005
+    return law / law.sum(axis=1, keepdims=True)
+
+
+def _tempered(law, t):
+    x = law ** (1 / t)
+    return x / x.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "content"])
+def test_cli_exactness_reported_passes_an_exact_server_and_fails_a_biased_one(
+        tmp_path, capsys, fmt):
+    law = _chain()
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"xx": ["one", "two", "three"]}))
+    argv = ["--prompts", str(prompts), "--exactness", "reported", "--temperature", "1",
+            "--requests", "100", "--max-tokens", "40", "--top-logprobs", "3"]
+    with ScriptedServer(Script(law=law, logprobs_format=fmt, stop=5)) as url:
+        out = tmp_path / "good.json"
+        assert cli(["--endpoint", url, *argv, "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert "per-token exactness: pass" in printed and "detectable per-token TV" in printed
+        check = json.loads(out.read_text())["exactness"]
+        assert check["passed"] and check["requests"] == 100
+        assert check["positions"] == 100 * 40 and 0 < check["tokens"] < 100 * 40  # stops
+        assert check["extra"]["tokens_in_pooled_cell"] > 0
+        assert check["detectable_tv"] < 0.12
+    # the server samples at temperature 0.6 but reports the law at 1
+    with ScriptedServer(Script(law=law, sample=_tempered(law, 0.6), logprobs_format=fmt,
+                               stop=5)) as url:
+        assert cli(["--endpoint", url, *argv, "--out", str(tmp_path / "bad.json")]) == 1
+        printed = capsys.readouterr().out
+        assert "per-token exactness: FAIL" in printed and "not uniform" in printed
+
+
+def test_cli_exactness_errors(tmp_path, capsys):
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"xx": ["one"]}))
+    base = ["--prompts", str(prompts), "--out", str(tmp_path / "r.json")]
+    with ScriptedServer(Script(law=_chain(), mode="nologprobs")) as url:
+        assert cli(["--endpoint", url, *base, "--exactness", "reported",
+                    "--temperature", "1", "--requests", "3"]) == 1
+        assert "no log-probabilities" in capsys.readouterr().err
+    for argv, flag in ((["--exactness", "reported"], "--temperature"),          # 0
+                       (["--exactness", "reported", "--temperature", "0.7"],
+                        "--post-sampling-probs"),
+                       (["--exactness", "reported", "--temperature", "1", "--target", "t"],
+                        "--target"),
+                       (["--exactness", "model", "--temperature", "1"], "--target"),
+                       (["--exactness", "model", "--temperature", "1", "--target", "target"],
+                        "--tolerance"),
+                       (["--exactness", "model", "--temperature", "1", "--target", "nope",
+                         "--tolerance", "0"], "--target"),
+                       (["--exactness", "reported", "--temperature", "1", "--requests", "0"],
+                        "--requests"),
+                       (["--exactness", "reported", "--temperature", "1", "--rate", "1"],
+                        "--rate")):
+        assert cli(["--endpoint", "http://127.0.0.1:1", *base, *argv]) == 2, argv
+        assert flag in capsys.readouterr().err, argv
+
+
+def test_reported_positions_that_cannot_be_used_are_refused():
+    from specdec.client import exactness as ex
+
+    where = "request 0"
+    speculative = {"logprobs": {"content": [
+        {"id": 1, "logprob": -0.1, "top_logprobs": [{"id": 1, "logprob": -0.1}]},
+        {"id": 2, "logprob": 0.0, "top_logprobs": []}]}}
+    positions = ex._reported_positions(speculative, where)
+    assert [len(k) for _, k, _ in positions] == [1, 0]
+    with pytest.raises(ex.NoLogprobs, match="no log-probabilities"):
+        ex._reported_positions({"logprobs": None}, where)
+    # llama.cpp reports a byte once the text no longer ends inside a UTF-8 character
+    assert ex._reported_at(list("abé中d".encode())) == [0, 1, 3, 6, 7]
+    with pytest.raises(ex.NoLogprobs, match="neither 'content'"):
+        ex._reported_positions({"logprobs": {"other": 1}}, where)
+
+
+@pytest.fixture(scope="module")
+def book_target():
+    from specdec import nn
+
+    if not (nn.MODELS_DIR / "target.npz").exists():
+        pytest.skip("models/ not built (make models)")
+    return nn.load_model("target")
+
+
+@pytest.mark.usefixtures("one_blas_thread")          # tests/conftest.py
+def test_cli_exactness_model_against_a_scripted_llama_cpp(tmp_path, capsys, book_target):
+    """The scripted /completion decodes with the book's target: exact at the request's
+    temperature, and a server that samples at a temperature of its own fails."""
+    from specdec import decode as dec
+    from specdec.client import exactness as ex
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"en": ["The cat sat on the", "Once upon a time"]}))
+    out = tmp_path / "r.json"
+    with ScriptedServer(Script(model=book_target)) as url:
+        assert cli(["--endpoint", url, "--prompts", str(prompts), "--exactness", "model",
+                    "--target", "target", "--draft", "draft", "--temperature", "1",
+                    "--tolerance", "0", "--requests", "24", "--max-tokens", "16",
+                    "--out", str(out)]) == 0, capsys.readouterr()
+        check = json.loads(out.read_text())["exactness"]
+        assert check["tokens"] == 24 * 16 and set(check["adjusted"]) == {
+            "draft_over_target", "target"}
+    with ScriptedServer(Script(model=book_target, temperature=0.5)) as url:
+        bad = ex.served_pertoken_check(cl.Endpoint(url), ["The cat sat on the"],
+                                       requests=24, max_tokens=16, target=book_target,
+                                       settings=dec.SamplingSettings(temperature=1.0))
+    assert not bad.passed and bad.adjusted["target"] < 1e-6
+    assert bad.extra["seconds"] > 0 and bad.extra["settings"]["temperature"] == 1.0

@@ -103,10 +103,10 @@ def test_served_law_checks_on_synthetic_draws():
     law /= law.sum()
     draws = rng.choice(law.size, size=4000, p=law.ravel())
     tokens = np.stack(np.unravel_index(draws, law.shape), axis=1)
-    good = ex.check_law(tokens, law)                     # fails with probability <= 1e-6
+    good = ex.first_tokens_law_test(tokens, law)                     # fails with probability <= 1e-6
     assert good.passed and good.tv.low == 0.0 and good.detectable_tv < 0.2
     other = rng.dirichlet(np.full(256, 0.5)).reshape(16, 16)
-    bad = ex.check_law(tokens, other)
+    bad = ex.first_tokens_law_test(tokens, other)
     assert not bad.passed and "threshold" in bad.message
     again = rng.choice(law.size, size=4000, p=law.ravel())
     same = ex.two_sample(tokens, np.stack(np.unravel_index(again, law.shape), axis=1))
@@ -116,7 +116,7 @@ def test_served_law_checks_on_synthetic_draws():
     padded = ex.pad_law(law, 3)
     assert padded.sum() == pytest.approx(1.0) and padded[3, 3] == pytest.approx(law[3].sum())
     with pytest.raises(ValueError, match="pad stopped requests"):
-        ex.check_law(np.array([[-1, 0]]), law)
+        ex.first_tokens_law_test(np.array([[-1, 0]]), law)
 
 
 def test_rule_acceptance_is_exact():
@@ -231,7 +231,7 @@ def test_served_engine_is_exact_with_and_without_draft(server_binary):
         long_a = ex.first_tokens(cl.Endpoint(base.url), prompt, 40, k=24, seed=7, pad=-1)
         long_b = ex.first_tokens(cl.Endpoint(spec.url), prompt, 40, k=24, seed=7, pad=-1)
     for tokens in (plain, drafted):
-        check = ex.check_law(tokens, law)        # each fails with probability <= 1e-6
+        check = ex.first_tokens_law_test(tokens, law)        # each fails with probability <= 1e-6
         assert check.passed, check.message
         assert check.detectable_tv < 0.3     # set by the law and the trials, not by chance
     assert ex.two_sample(plain, drafted).passed
@@ -246,7 +246,7 @@ def test_served_large_target_is_exact_with_the_draft(server_binary):
     prompt = nn.load_heldout()["it"]["prompts"][0]
     with engine.serve("target_large", "draft", gamma=4, parallel=4, exact_cache=True) as spec:
         drafted, law = _law_and_draws(spec.url, prompt, 1000, target="target_large")
-    check = ex.check_law(drafted, law)           # fails with probability <= 1e-6
+    check = ex.first_tokens_law_test(drafted, law)           # fails with probability <= 1e-6
     assert check.passed, check.message
     assert check.detectable_tv < 0.35            # set by the law and the trials
 
@@ -260,7 +260,7 @@ def test_synthetic_acceptance_is_caught(server_binary):
     with engine.serve("target", "draft", gamma=3, parallel=4, exact_cache=True,
                       extra=("--spec-synth-len", "4")) as bad:
         tokens, law = _law_and_draws(bad.url, prompt, 1500)
-    assert not ex.check_law(tokens, law).passed
+    assert not ex.first_tokens_law_test(tokens, law).passed
 
 
 def test_pass_times_refuses_bad_arguments_by_name():

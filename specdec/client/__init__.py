@@ -6,6 +6,9 @@ decoder (:mod:`specdec.protocol`). From the command line::
     python -m specdec.client --endpoint http://127.0.0.1:8080 --concurrency 1,2,4
     python -m specdec.client --endpoint URL --rate 2,4,8 --burstiness 0.5 --ttft-max 0.5
     python -m specdec.client --endpoint SPEC_URL --baseline BASE_URL --repeats 3
+    python -m specdec.client --endpoint URL --exactness reported --temperature 1
+    python -m specdec.client --endpoint SPEC_URL --exactness model --target target \
+        --draft draft --baseline BASE_URL --temperature 1
 
 Modules, by idea:
 
@@ -17,9 +20,12 @@ Modules, by idea:
   gamma), goodput under TTFT/TPOT limits, server-reported acceptance, prompt lengths in
   server tokens, and the paired, interleaved baseline-versus-speculative protocol; a run
   that fails raises :class:`RunFailed` with what it measured before the failure.
-- :mod:`specdec.client.exactness`: the served engine's law, black box: seeded draws of
-  the first tokens after a prompt against the exact law (calibrated, :mod:`specdec.stats`),
-  or, without an exact law, against the same server without speculation (two samples).
+- :mod:`specdec.client.exactness`: the served engine's law, black box: every emitted
+  token against the law of its position (:mod:`specdec.pertoken`; laws computed by the
+  book's models, or the server's reported top log-probabilities with the rest pooled);
+  seeded draws of the first tokens after a prompt against the exact law (calibrated,
+  :mod:`specdec.stats`), or, without an exact law, against the same server without
+  speculation (two samples).
 - :mod:`specdec.client.__main__`: the command line, JSON results, progress bar.
 
 Acceptance the servers report
@@ -58,6 +64,16 @@ concurrency} or {kind: open, rate, burstiness}), ``requests``, ``wall`` (s),
 :func:`specdec.client.load.paired` (``rows`` with paired ``speedup``, its quartiles
 ``speedup_q1`` and ``speedup_q3``, and ``speedup_iqr``).
 Times are the client's :func:`time.perf_counter` in seconds.
+
+With ``--exactness``, the file holds ``schema``, ``command``, ``endpoint``, with
+``--exactness model`` and no ``--tolerance`` ``disagreement`` (:func:`specdec.client.
+exactness.engine_disagreement`: ``positions``, ``max_tv``, ``median_tv``, ``max_abs``), and
+``exactness``: the fields of :class:`specdec.pertoken.PerTokenCheck` (``passed``,
+``pvalue``, ``pvalues``, ``adjusted`` and ``means`` per ordering, ``tokens``,
+``positions``, ``requests``, ``impossible``, ``false_alarm``, ``power``, ``tolerance``,
+``detectable_tv``, ``message``) and ``extra`` (``laws``, ``settings``, ``request_fields``,
+``max_tokens``, ``seed``, ``requests_seconds``, ``seconds``, and per mode ``target``,
+``draft`` or ``top_logprobs``, ``tokens_in_pooled_cell``).
 
 Used in Chapter 8.
 """
