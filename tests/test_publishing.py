@@ -305,8 +305,8 @@ def test_execution_statistics_page_lists_every_chapter(html_dir, book):
     assert "A demonstration chapter" in text and "Mass" in text
     assert "Total" in text and "2026" in text
     md = (book / "book" / "execution-stats.md").read_text()
-    assert md.count("* - {doc}`chapters/") == 2
-    for name in ("01-demo", "02-mass"):
+    assert md.count("* - {doc}`chapters/") == 3
+    for name in ("01-demo", "02-mass", "a1-demo"):
         row = execution_stats.notebook_row(book / "book" / "chapters" / f"{name}.ipynb")
         assert row["seconds"] > 0 and row["slowest"] > 0 and row["seed"] == 2026
         assert row["record"]["specdec_version"] and row["commit"]
@@ -324,7 +324,39 @@ def test_section_numbers_in_html(html_dir):
     assert headings[:3] == ["1. A demonstration chapter", "1.1. Mathematics and numbers",
                             "1.2. A figure and a table"]
     appendix = parse_html(html_dir / "book" / "citing.html").headings
-    assert appendix[0] == "How to cite this book"  # appendices are not numbered
+    assert appendix[0] == "How to cite this book"  # the pages after the appendices are not
+
+
+def captions_of(page: Page) -> list[str]:
+    """The numbers of a page's numbered tables and figures, e.g. ["Table A.1", "Fig. A.1"]."""
+    return [" ".join(el.get_text().split()).rstrip(".:")
+            for el in page.soup.select("main .caption-number")]
+
+
+def test_appendices_are_lettered_in_html(html_dir):
+    """An executed appendix is "A": its sections A.1, A.2, its table, figure and equation
+    numbered per appendix (not continuing a series across the appendices), in its
+    headings, in {numref}s, in the sidebar and in the labels index."""
+    page = parse_html(html_dir / "book" / "chapters" / "a1-demo.html")
+    assert page.headings[:3] == ["A. A lettered appendix", "A.1. A table of the appendix",
+                                 "A.2. A figure of the appendix"]
+    assert captions_of(page) == ["Table A.1", "Fig. A.1"]
+    text = " ".join(page.soup.select_one("main").get_text().split())
+    assert "Table A.1, Fig. A.1 and equation (A.1)" in text
+    assert "(A.1)" in " ".join(el.get_text() for el in page.soup.select("span.eqno"))
+    sidebar = page.soup.select_one("nav.bd-links") or page.soup
+    assert "A. A lettered appendix" in " ".join(sidebar.get_text().split())
+    # the other unnumbered pages stay unnumbered, their tables numbered 1, 2, ...
+    other = parse_html(html_dir / "book" / "appendix-demo.html")
+    assert other.headings[0] == "A demonstration appendix"
+    assert captions_of(other) == ["Table 1"]
+    index = parse_html(html_dir / "book" / "labels.html").soup
+    rows = {cells[0].get_text().strip(): " ".join(cells[1].get_text().split())
+            for cells in (tr.find_all("td") for tr in index.select("tbody tr")) if cells}
+    assert rows["app-demo"] == "Appendix A"
+    assert rows["sec-demo-lettered-figure"] == "Section A.2"
+    assert rows["sec-mass-rule"] == "Section 2.1" and rows["ch-mass"] == "Chapter 2"
+    assert rows["citing"] == "\u2014"
 
 
 # --------------------------------------------------------------------------- PDF
@@ -378,6 +410,27 @@ def test_pdf_numbering_matches_html(html_dir, pdf_text):
     assert captions, "no numbered table in the fixture's appendix pages"
     joined = " ".join(lines)
     assert [c for c in captions if f"{c}:" not in joined] == [], captions
+
+
+def test_pdf_letters_appendices_as_the_html(html_dir, pdf_text):
+    """The lettered appendix has the HTML's numbers in the PDF: "Appendix A", sections
+    A.1 and A.2, Table A.1, Fig. A.1, equation (A.1); the unnumbered page after it keeps
+    Table 1 (its series resumes after the appendix, it does not continue A's)."""
+    lines = [" ".join(ln.split()) for ln in pdf_text.splitlines()]
+    joined = " ".join(lines)
+    page = parse_html(html_dir / "book" / "chapters" / "a1-demo.html")
+    for heading in page.headings[1:3]:  # "A.1. Title" in the HTML, "A.1 Title" in the PDF
+        number, title = heading.split(". ", 1)
+        assert any(ln.startswith(f"{number} {title}") for ln in lines), heading
+    for caption in captions_of(page) + captions_of(parse_html(html_dir / "book" /
+                                                              "appendix-demo.html")):
+        assert f"{caption}:" in joined, caption
+    assert "Table A.1, Fig. A.1 and equation (A.1)" in joined
+    assert re.search(r"\(A\.1\)$", next(ln for ln in lines if "𝛼" in ln and "=" in ln))
+    assert "Appendix A. A lettered appendix" in joined  # the running header
+    assert "Appendix A A lettered appendix" in joined   # the labels index
+    assert "Section A.2 A figure of the appendix" in joined
+    assert not re.search(r"\bAPPENDIX ONE\b|Chapter 3\. A lettered", joined)
 
 
 def test_pdf_wraps_code_lines_at_spaces_only(book, pdf_text):

@@ -6,8 +6,8 @@
 A label (``(sec-mass-rule)=`` just before a heading) is the stable name of a section: it is
 the anchor of the section's web address and of the ``#`` link next to its heading
 (tools/book_ext.py), and it never changes once published, while numbers and titles may.
-The page lists each label with its number (chapters of the numbered part) and its title
-as a link, read from the sources of the pages in ``_toc.yml`` (``notebooks/NAME.md`` for
+The page lists each label with its number (chapters of the numbered part, and the
+appendices, lettered: :func:`appendix_letters`) and its title as a link, read from the sources of the pages in ``_toc.yml`` (``notebooks/NAME.md`` for
 executed chapters, ``book/NAME.md`` otherwise). ``tools/build.py`` calls
 :func:`write_page` before rendering; the page is generated, so it is git-ignored.
 """
@@ -32,6 +32,7 @@ class Entry:
     level: int          # 1 = chapter or page title, 2 = section, ...
     document: str       # the toc entry, e.g. book/chapters/02-mass
     numbered: bool      # in a numbered part of the toc
+    appendix: str = ""  # the appendix letter of its document ("" if not an appendix)
 
 
 def toc_pages(toc_path: Path) -> list[tuple[str, bool]]:
@@ -44,6 +45,42 @@ def toc_pages(toc_path: Path) -> list[tuple[str, bool]]:
         for chapter in part.get("chapters", []):
             pages.append((str(chapter["file"]), bool(part.get("numbered"))))
     return [(re.sub(r"\.(md|ipynb)$", "", doc), numbered) for doc, numbered in pages]
+
+
+def appendix_letters(pages: list[tuple[str, bool]]) -> dict[str, str]:
+    """Letter of every appendix: the executed notebooks of the toc's unnumbered parts.
+
+    An unnumbered toc entry under ``book/chapters/`` (an executed chapter source
+    ``notebooks/aN-slug.md``) is an appendix, lettered A, B, C, ... in reading order; the
+    other unnumbered pages (bibliography, citing, labels index, changelog...) have no number.
+
+    Parameters
+    ----------
+    pages : list of (str, bool)
+        ``(document, numbered)`` in reading order, as returned by :func:`toc_pages`.
+
+    Returns
+    -------
+    dict
+        Document name to its letter, in reading order.
+
+    Raises
+    ------
+    ValueError
+        If there are more than 26 appendices (no single letter left).
+
+    Examples
+    --------
+    >>> appendix_letters([("book/intro", False), ("book/chapters/01-a", True),
+    ...                   ("book/chapters/a1-x", False), ("book/citing", False),
+    ...                   ("book/chapters/a2-y", False)])
+    {'book/chapters/a1-x': 'A', 'book/chapters/a2-y': 'B'}
+    """
+    documents = [doc for doc, numbered in pages
+                 if not numbered and doc.startswith("book/chapters/")]
+    if len(documents) > 26:
+        raise ValueError(f"pages: {len(documents)} appendices, at most 26 can be lettered")
+    return {doc: chr(ord("A") + i) for i, doc in enumerate(documents)}
 
 
 def source_of(root: Path, document: str) -> Path | None:
@@ -80,13 +117,15 @@ def labels_in(text: str) -> list[tuple[str, int]]:
 
 def entries(root: Path, toc_path: Path) -> list[Entry]:
     out = []
-    for document, numbered in toc_pages(toc_path):
+    pages = toc_pages(toc_path)
+    letters = appendix_letters(pages)
+    for document, numbered in pages:
         source = source_of(root, document)
         if source is None:
             continue
         for label, level in labels_in(source.read_text(encoding="utf-8")):
             if label != LABEL:
-                out.append(Entry(label, level, document, numbered))
+                out.append(Entry(label, level, document, numbered, letters.get(document, "")))
     return out
 
 
@@ -102,15 +141,15 @@ def render(items: list[Entry]) -> str:
         "",
         "```{list-table}",
         ":header-rows: 1",
-        ":widths: 3 1 6",
+        ":widths: 3 2 5",
         "",
         "* - label",
         "  - number",
         "  - title",
     ]
     for item in items:
-        if item.numbered:
-            kind = "Chapter" if item.level == 1 else "Section"
+        if item.numbered or item.appendix:
+            kind = "Section" if item.level > 1 else "Chapter" if item.numbered else "Appendix"
             number = f"{{numref}}`{kind} %s <{item.label}>`"
         else:
             number = "\u2014"
