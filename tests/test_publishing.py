@@ -32,6 +32,7 @@ sys.path.insert(0, str(TOOLS))
 
 import browser  # noqa: E402  (tools/browser.py)
 import execution_stats  # noqa: E402
+import labels  # noqa: E402  (tools/labels.py)
 import pdf as pdf_tool  # noqa: E402
 import vendor  # noqa: E402
 
@@ -339,7 +340,7 @@ def test_appendices_are_lettered_in_html(html_dir):
     headings, in {numref}s, in the sidebar and in the labels index."""
     page = parse_html(html_dir / "book" / "chapters" / "a1-demo.html")
     assert page.headings[:3] == ["A. A lettered appendix", "A.1. A table of the appendix",
-                                 "A.2. A figure of the appendix"]
+                                 "A.2. A figure of the appendix: \\(E\\) against \\(\\gamma\\)"]
     assert captions_of(page) == ["Table A.1", "Fig. A.1"]
     text = " ".join(page.soup.select_one("main").get_text().split())
     assert "Table A.1, Fig. A.1 and equation (A.1)" in text
@@ -357,6 +358,11 @@ def test_appendices_are_lettered_in_html(html_dir):
     assert rows["sec-demo-lettered-figure"] == "Section A.2"
     assert rows["sec-mass-rule"] == "Section 2.1" and rows["ch-mass"] == "Chapter 2"
     assert rows["citing"] == "\u2014"
+    # a title with math is typeset in the index, not shown as TeX source
+    title = next(tr.find_all("td")[2] for tr in index.select("tbody tr")
+                 if tr.find("td").get_text().strip() == "sec-demo-lettered-figure")
+    assert title.select("span.math") and title.find("a", href=re.compile(
+        r"chapters/a1-demo\.html#sec-demo-lettered-figure$"))
 
 
 # --------------------------------------------------------------------------- PDF
@@ -421,6 +427,7 @@ def test_pdf_letters_appendices_as_the_html(html_dir, pdf_text):
     page = parse_html(html_dir / "book" / "chapters" / "a1-demo.html")
     for heading in page.headings[1:3]:  # "A.1. Title" in the HTML, "A.1 Title" in the PDF
         number, title = heading.split(". ", 1)
+        title = title.split(":")[0]  # before the math
         assert any(ln.startswith(f"{number} {title}") for ln in lines), heading
     for caption in captions_of(page) + captions_of(parse_html(html_dir / "book" /
                                                               "appendix-demo.html")):
@@ -808,6 +815,41 @@ def _bib_entries() -> dict[str, str]:
     text = (REPO / "book" / "references.bib").read_text(encoding="utf-8")
     return {m.group(1): m.group(2) for m in
             re.finditer(r"^@\w+\{([^,]+),\n(.*?)^\}", text, re.S | re.M)}
+
+
+PUBLISHED_LABELS = REPO / "book" / "_labels_published.txt"
+
+
+def published_labels() -> list[str]:
+    lines = PUBLISHED_LABELS.read_text(encoding="utf-8").splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def test_every_heading_has_a_label():
+    """Every heading of every chapter, appendix and page has a label just above it (the
+    stable address a citation uses; tools/labels.py lists them in the labels index)."""
+    unlabelled = {source.relative_to(REPO).as_posix(): found
+                  for source in labels.book_sources(REPO)
+                  if (found := labels.unlabelled_headings(source.read_text(encoding="utf-8")))}
+    assert unlabelled == {}, "add a (label)= line above each of these headings"
+
+
+def test_published_labels_are_kept_and_the_list_only_grows():
+    """A label once published is never removed or renamed (book/_labels_published.txt);
+    every label of the sources is in that list, so a new one is added to it and kept."""
+    published = published_labels()
+    assert len(published) == len(set(published)), "a label is listed twice"
+    current = set(labels.heading_labels(REPO)) | {labels.LABEL, execution_stats.LABEL}
+    assert sorted(set(published) - current) == [], "published labels gone from the sources"
+    assert sorted(current - set(published)) == [], f"new labels: add them to {PUBLISHED_LABELS.name}"
+    assert {"sec-mass-rule", "app-ledger", "sec-measurement-memory-bound-run"} <= set(published)
+
+
+def test_unlabelled_heading_scan_sees_headings_not_code_comments():
+    text = "\n".join(["(ch-a)=", "# A", "", "(sec-a-b)=", "", "## B", "text", "### C",
+                      "```{code-cell} ipython3", "# a comment", "```", "(x)=", "#### D"])
+    assert labels.unlabelled_headings(text) == [(8, "### C")]
+    assert labels.labels_in(text) == [("ch-a", 1), ("sec-a-b", 2), ("x", 4)]
 
 
 def test_the_source_article_is_cited_with_its_scope():

@@ -33,6 +33,7 @@ class Entry:
     document: str       # the toc entry, e.g. book/chapters/02-mass
     numbered: bool      # in a numbered part of the toc
     appendix: str = ""  # the appendix letter of its document ("" if not an appendix)
+    title: str = ""     # the heading as written in the source (MyST: math allowed)
 
 
 def toc_pages(toc_path: Path) -> list[tuple[str, bool]]:
@@ -92,8 +93,8 @@ def source_of(root: Path, document: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def labels_in(text: str) -> list[tuple[str, int]]:
-    """(label, heading level) of every label placed just before a heading."""
+def labelled_headings(text: str) -> list[tuple[str, int, str]]:
+    """(label, heading level, heading text) of every label placed just before a heading."""
     found, pending = [], None
     in_code = False
     for line in text.splitlines():
@@ -109,10 +110,58 @@ def labels_in(text: str) -> list[tuple[str, int]]:
             continue
         heading = HEADING.match(line)
         if heading and pending:
-            found.append((pending, len(heading.group(1))))
+            found.append((pending, len(heading.group(1)), heading.group(2)))
         if line.strip():
             pending = None
     return found
+
+
+def labels_in(text: str) -> list[tuple[str, int]]:
+    """(label, heading level) of every label placed just before a heading."""
+    return [(label, level) for label, level, _ in labelled_headings(text)]
+
+
+def unlabelled_headings(text: str) -> list[tuple[int, str]]:
+    """(line number from 1, heading) of every heading without a label just before it.
+
+    Headings inside code fences (comments of a code cell) are not headings.
+
+    Examples
+    --------
+    >>> unlabelled_headings("(ch-x)=\\n# Kept\\n\\n## Lost\\n```\\n# code\\n```")
+    [(4, '## Lost')]
+    """
+    found, pending, in_code = [], False, False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith(("```", "~~~")):
+            in_code, pending = not in_code, False
+            continue
+        if in_code:
+            continue
+        if TARGET.match(line):
+            pending = True
+            continue
+        if HEADING.match(line) and not pending:
+            found.append((number, line.strip()))
+        if line.strip():
+            pending = False
+    return found
+
+
+GENERATED_PAGES = ("labels.md", "execution-stats.md")  # book/, written by tools/build.py
+
+
+def book_sources(root: Path) -> list[Path]:
+    """The book's hand-written Markdown sources: ``notebooks/*.md`` and ``book/*.md``
+    without the pages the build generates (:data:`GENERATED_PAGES`)."""
+    return sorted([*(root / "notebooks").glob("*.md"),
+                   *(p for p in (root / "book").glob("*.md") if p.name not in GENERATED_PAGES)])
+
+
+def heading_labels(root: Path) -> list[str]:
+    """Every label placed before a heading in :func:`book_sources`, sorted."""
+    return sorted({label for source in book_sources(root)
+                   for label, _ in labels_in(source.read_text(encoding="utf-8"))})
 
 
 def entries(root: Path, toc_path: Path) -> list[Entry]:
@@ -123,9 +172,10 @@ def entries(root: Path, toc_path: Path) -> list[Entry]:
         source = source_of(root, document)
         if source is None:
             continue
-        for label, level in labels_in(source.read_text(encoding="utf-8")):
+        for label, level, title in labelled_headings(source.read_text(encoding="utf-8")):
             if label != LABEL:
-                out.append(Entry(label, level, document, numbered, letters.get(document, "")))
+                out.append(Entry(label, level, document, numbered, letters.get(document, ""),
+                                 title))
     return out
 
 
@@ -153,7 +203,14 @@ def render(items: list[Entry]) -> str:
             number = f"{{numref}}`{kind} %s <{item.label}>`"
         else:
             number = "\u2014"
-        lines += [f"* - `{item.label}`", f"  - {number}", f"  - {{ref}}`{item.label}`"]
+        # A title with math is a Markdown link whose text is the source's heading, so that
+        # the math is typeset ({ref} shows a title's plain text: TeX source for math).
+        # Others stay {ref}: a link to a label named like a page would be ambiguous.
+        if "$" in item.title:
+            title = f"[{item.title}](#{item.label})"
+        else:
+            title = f"{{ref}}`{item.label}`"
+        lines += [f"* - `{item.label}`", f"  - {number}", f"  - {title}"]
     lines.append("```")
     return "\n".join(lines) + "\n"
 
