@@ -123,6 +123,8 @@ def book(tmp_path_factory) -> Path:
     shutil.copy(REPO / "_config.yml", root / "_config.yml")
     for page in ("references.bib", "bibliography.md", "citing.md", "changelog.md", "favicon.svg"):
         shutil.copy(REPO / "book" / page, root / "book" / page)
+    # the book's errata name the book's labels: the fixture has its own, on its labels
+    shutil.copy(FIXTURE / "errata.md", root / "book" / "errata.md")
     shutil.copytree(REPO / "book" / "_static", root / "book" / "_static")
     shutil.copy(REPO / "requirements-lock.txt", root / "requirements-lock.txt")
     shutil.copytree(TOOLS / "latex", root / "tools" / "latex")
@@ -283,6 +285,18 @@ def test_citing_page_marks_the_placeholder_address(html_dir):
     assert len(bibtex) == 2 and f"url       = {{{site}}}" in bibtex[0] and repo in bibtex[0]
     assert f"{{{site}book/chapters/02-mass.html#sec-mass-rule}}" in bibtex[1]
     assert "@" + "BOOK_URL@" not in " ".join(bibtex)
+    # the edition and the commit: the fixture is built outside a git work tree, so it is
+    # not a released edition and says so
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for entry in bibtex:
+        assert f"edition   = {{{version}, unreleased build}}" in entry
+        assert "note      = {Commit unknown" in entry
+    joined = " ".join(" ".join(page.soup.select_one("main").get_text().split()).split())
+    assert (f"These pages were built from commit unknown, edition {version}, unreleased "
+            "build.") in joined
+    warning = page.soup.select_one("main div.admonition.warning")
+    assert warning and "This build is not a released edition" in warning.get_text()
+    assert "@" + "EDITION" not in page.soup.get_text() and "@" + "COMMIT@" not in joined
     # the opening quote before the section title is an opening quote
     assert "(\u201c" in text.replace(" ", "") or "\u201c" in text
 
@@ -541,8 +555,12 @@ def test_citation_cff_is_valid_and_versions_agree():
     changelog = (REPO / "book" / "changelog.md").read_text(encoding="utf-8")
     assert re.search(rf"^## {re.escape(version)}\b", changelog, re.M), \
         f"book/changelog.md has no section for version {version}"
+    # the citing page cites the edition and the commit of the build (tools/book_ext.py),
+    # never a version typed in: an unreleased build must not pass for a released one
     citing = (REPO / "book" / "citing.md").read_text(encoding="utf-8")
-    assert citing.count(f"edition   = {{{version}}}") == 2
+    assert citing.count("edition   = {@EDITION@}") == 2
+    assert citing.count("note      = {Commit @COMMIT@") == 2
+    assert "@EDITION_NOTE@" in citing and version not in citing
 
 
 def _requirement_key(req: str) -> tuple[str, str]:
@@ -850,6 +868,63 @@ def test_unlabelled_heading_scan_sees_headings_not_code_comments():
                       "```{code-cell} ipython3", "# a comment", "```", "(x)=", "#### D"])
     assert labels.unlabelled_headings(text) == [(8, "### C")]
     assert labels.labels_in(text) == [("ch-a", 1), ("sec-a-b", 2), ("x", 4)]
+
+
+ERRATA_FIELDS = ("Page", "Label", "Old statement", "New statement", "Editions")
+
+
+def errata_entries(text: str) -> dict[str, dict[str, str]]:
+    """The errata page's entries: section label -> {field: text} (fields in bold)."""
+    entries, label, pending = {}, None, None
+    for line in text.splitlines():
+        if (target := labels.TARGET.match(line)):
+            pending = target.group(1)
+        elif line.startswith("## "):
+            label, pending = pending, None
+            entries[label] = {}
+        elif label and (field := re.match(r"^- \*\*(.+?):\*\* (.*)$", line)):
+            entries[label][field.group(1)] = field.group(2)
+            last = field.group(1)
+        elif label and line.startswith("  ") and entries[label]:
+            entries[label][last] += " " + line.strip()
+    return entries
+
+
+def source_targets(root: Path) -> set[str]:
+    """Every label of the sources: ``(label)=`` targets and directives' ``:name:``."""
+    found = set()
+    for source in labels.book_sources(root):
+        text = source.read_text(encoding="utf-8")
+        found |= set(re.findall(r"^\(([A-Za-z0-9][\w.:-]*)\)=\s*$", text, re.M))
+        found |= set(re.findall(r"^:name: ([A-Za-z0-9][\w.:-]*)\s*$", text, re.M))
+    return found
+
+
+def test_errata_entries_have_every_field_and_name_existing_labels():
+    """Each erratum gives the page, the label, the old and the new statement and the
+    editions, and every label it names (as `label` and as a {ref}/{numref}) exists."""
+    text = (REPO / "book" / "errata.md").read_text(encoding="utf-8")
+    entries = errata_entries(text)
+    assert {"errata-beyond-ranking", "errata-measurement-bars", "errata-rules-bound",
+            "errata-rules-sglang"} <= set(entries)
+    targets = source_targets(REPO)
+    for name, fields in entries.items():
+        assert tuple(fields) == ERRATA_FIELDS, name
+        named = re.findall(r"`([a-z][\w-]*)`(?! <)", fields["Label"])
+        assert named, f"{name}: no label named"
+        refs = re.findall(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([\w-]+)>?`",
+                          fields["Page"] + fields["Label"])
+        assert set(named) <= set(refs), name
+        assert [r for r in refs if r not in targets] == [], name
+        assert re.search(r"\b\d+\.\d+\.\d+\b|unreleased", fields["Editions"]), name
+    assert [e for e in entries if e not in labels.heading_labels(REPO)] == []
+
+
+def test_errata_page_is_in_the_toc_and_linked_from_the_changelog():
+    toc = [doc for doc, _ in labels.toc_pages(REPO / "_toc.yml")]
+    assert "book/errata" in toc and toc.index("book/errata") > toc.index("book/changelog")
+    assert "{ref}`errata`" in (REPO / "book" / "changelog.md").read_text(encoding="utf-8")
+    assert errata_entries((FIXTURE / "errata.md").read_text(encoding="utf-8"))  # same format
 
 
 def test_the_source_article_is_cited_with_its_scope():

@@ -19,6 +19,10 @@
   ``specdec_repository_placeholder`` is true (the address is not yet a published
   repository), the note says so and chapter pages get no Binder/Colab launch buttons
   (they would open a repository that does not exist).
+* The edition: the citing page writes ``@EDITION@`` (the version, "unreleased build"
+  unless the version's tag ``vX.Y.Z`` points at the built commit of a clean tree),
+  ``@COMMIT@`` and ``@EDITION_NOTE@`` (a warning when the build is not a released edition),
+  filled in from git (specdec.book.provenance.Edition).
 * Heading permalinks: a section with an explicit label (``(sec-mass-rule)=``) has the
   label as its first id, so the ``#`` link next to its heading is ``#sec-mass-rule``, the
   address the citing page tells readers to use, not one made from the heading's words.
@@ -176,15 +180,59 @@ def repository_urls(app) -> tuple[str, str]:
     return repo, site
 
 
+def _provenance_module():
+    """specdec/book/provenance.py of this repository, loaded by path (the Sphinx process
+    may have another copy of specdec on its path, or none)."""
+    import importlib.util
+    import sys
+
+    name = "_specdec_book_provenance"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "specdec" / "book" / "provenance.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def book_version(root: Path) -> str | None:
+    """The version in ``pyproject.toml`` at the book's root (None without one)."""
+    import tomllib
+
+    path = Path(root) / "pyproject.toml"
+    if not path.is_file():
+        return None
+    return tomllib.loads(path.read_text(encoding="utf-8")).get("project", {}).get("version")
+
+
+def build_edition(root: Path) -> dict[str, str]:
+    """What the citing page says of this build's edition: ``label`` (BibTeX ``edition``),
+    ``commit`` and ``note`` (specdec.book.provenance.Edition). Also part of the render
+    fingerprint of tools/build.py, so a new commit renders the pages again."""
+    provenance = _provenance_module()
+    edition = provenance.edition_of(root, book_version(root))
+    return {"label": edition.label, "commit": edition.commit,
+            "note": provenance.edition_markdown(edition)}
+
+
 def substitute_addresses(app, docname, source):
-    """Write the repository setting into every page, code blocks included."""
+    """Write the repository setting and the edition of this build into every page, code
+    blocks included (``@EDITION@``, ``@COMMIT@``, ``@EDITION_NOTE@``)."""
     text = source[0]
     if "@" not in text:
         return
     repo, site = repository_urls(app)
     note = PLACEHOLDER_NOTE if app.config.specdec_repository_placeholder else ""
-    source[0] = (text.replace("@REPOSITORY_URL@", repo).replace("@BOOK_URL@", site)
-                 .replace("@PLACEHOLDER_NOTE@", note))
+    text = (text.replace("@REPOSITORY_URL@", repo).replace("@BOOK_URL@", site)
+            .replace("@PLACEHOLDER_NOTE@", note))
+    if "@EDITION" in text or "@COMMIT@" in text:
+        edition = getattr(app, "specdec_edition", None)
+        if edition is None:
+            edition = app.specdec_edition = build_edition(Path(app.confdir))
+        text = (text.replace("@EDITION_NOTE@", edition["note"])
+                .replace("@EDITION@", edition["label"]).replace("@COMMIT@", edition["commit"]))
+    source[0] = text
 
 
 def drop_placeholder_launch_buttons(app, pagename, templatename, context, doctree):
