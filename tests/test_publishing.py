@@ -328,6 +328,35 @@ def test_execution_statistics_page_lists_every_chapter(html_dir, book):
         assert f"  - {row['seconds']:.1f}" in md
 
 
+def test_whole_book_execution_time_is_computed_from_the_notebooks(book):
+    """The landing page's execution time is the sum of the executed notebooks' run times
+    (the execution-statistics page's total), not a typed number."""
+    import book_ext
+
+    rows = [execution_stats.notebook_row(p) for p in sorted((book / "book" / "chapters")
+                                                              .glob("*.ipynb"))]
+    total = sum(r["seconds"] for r in rows)
+    expected = f"{total / 60:.1f} minutes" if total >= 90 else f"{total:.0f} seconds"
+    assert book_ext.execution_time_text(book) == expected
+    assert book_ext.execution_time_text(book / "nowhere") == "an unknown time"
+    page = parse_html(book / "_build" / "html" / "book" / "intro.html")
+    assert f"Its chapters executed in {expected}." in " ".join(
+        page.soup.select_one("main").get_text().split())
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    assert "took\n@BOOK_EXECUTION_TIME@ in the build" in intro
+
+
+def test_landing_page_lists_every_appendix_and_chapter_8s_servers():
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    pages = labels.toc_pages(REPO / "_toc.yml")
+    for document in labels.appendix_letters(pages):
+        source = labels.source_of(REPO, document)
+        label = labels.labels_in(source.read_text(encoding="utf-8"))[0][0]
+        assert f"{{numref}}`Appendix %s <{label}>`" in intro, document
+    assert "llama.cpp" in intro and "{ref}`sec-measurement-memory-bound`" in intro
+    assert "{ref}`errata`" in intro
+
+
 def test_execution_statistics_page_is_deterministic(book, tmp_path):
     out = tmp_path / "stats.md"
     assert execution_stats.write_page(book / "book" / "chapters", out) is True

@@ -22,7 +22,8 @@
 * The edition: the citing page writes ``@EDITION@`` (the version, "unreleased build"
   unless the version's tag ``vX.Y.Z`` points at the built commit of a clean tree),
   ``@COMMIT@`` and ``@EDITION_NOTE@`` (a warning when the build is not a released edition),
-  filled in from git (specdec.book.provenance.Edition).
+  filled in from git (specdec.book.provenance.Edition). ``@BOOK_EXECUTION_TIME@`` (the
+  landing page) is the sum of the executed chapters' run times in this build.
 * Heading permalinks: a section with an explicit label (``(sec-mass-rule)=``) has the
   label as its first id, so the ``#`` link next to its heading is ``#sec-mass-rule``, the
   address the citing page tells readers to use, not one made from the heading's words.
@@ -216,6 +217,27 @@ def build_edition(root: Path) -> dict[str, str]:
             "note": provenance.edition_markdown(edition)}
 
 
+def execution_time_text(root: Path) -> str:
+    """The whole book's execution time in this build, e.g. ``"17.2 minutes"``: the sum of
+    the run times of the executed notebooks of _toc.yml (``metadata.specdec.seconds``,
+    written by tools/build.py; the execution-statistics page lists them), or
+    ``"an unknown time"`` when no notebook records one."""
+    import execution_stats  # tools/execution_stats.py, next to this file
+    import labels
+
+    toc = Path(root) / "_toc.yml"
+    seconds = []
+    for document, _ in (labels.toc_pages(toc) if toc.is_file() else []):
+        path = Path(root) / f"{document}.ipynb"
+        if document.startswith("book/chapters/") and path.is_file():
+            seconds.append(execution_stats.notebook_row(path)["seconds"])
+    known = [s for s in seconds if s is not None]
+    if not known:
+        return "an unknown time"
+    total = sum(known)
+    return f"{total / 60:.1f} minutes" if total >= 90 else f"{total:.0f} seconds"
+
+
 def substitute_addresses(app, docname, source):
     """Write the repository setting and the edition of this build into every page, code
     blocks included (``@EDITION@``, ``@COMMIT@``, ``@EDITION_NOTE@``)."""
@@ -226,6 +248,8 @@ def substitute_addresses(app, docname, source):
     note = PLACEHOLDER_NOTE if app.config.specdec_repository_placeholder else ""
     text = (text.replace("@REPOSITORY_URL@", repo).replace("@BOOK_URL@", site)
             .replace("@PLACEHOLDER_NOTE@", note))
+    if "@BOOK_EXECUTION_TIME@" in text:
+        text = text.replace("@BOOK_EXECUTION_TIME@", execution_time_text(Path(app.confdir)))
     if "@EDITION" in text or "@COMMIT@" in text:
         edition = getattr(app, "specdec_edition", None)
         if edition is None:
