@@ -256,6 +256,23 @@ def test_chapters_have_download_and_provenance_and_no_placeholder_launch(html_di
         (REPO / "requirements-lock.txt").read_text()
 
 
+def test_run_note_gives_the_provenance_boxs_execution_time(html_dir, book):
+    """The run note at a chapter's top and the provenance box at its end state the same
+    duration (one measurement), then the whole run with the kernel's start."""
+    from specdec.book.provenance import _duration_text
+
+    for name in ("01-demo",):  # the fixture chapter with a run note
+        path = book / "book" / "chapters" / f"{name}.ipynb"
+        row = execution_stats.notebook_row(path)
+        text = " ".join(parse_html(html_dir / "book" / "chapters" / f"{name}.html").soup
+                        .select_one("main").get_text().split())
+        box = _duration_text(row["record"]["duration"])
+        assert f"Executed: {row['record']['started'].replace('T', ' ').rstrip('Z')} UTC, in {box}" \
+            in text, name
+        assert (f"(its execution took {box} in this build, as the provenance box at its end "
+                f"says; {_duration_text(row['seconds'])} with the kernel's start)") in text, name
+
+
 def test_launch_buttons_are_dropped_only_for_a_placeholder_address():
     import book_ext
 
@@ -1110,7 +1127,8 @@ def test_real_book_chapter_pages_say_how_to_rerun_them(whole_book):
     for html in _chapter_pages(whole_book.html):
         text = " ".join(parse_html(html).text)
         rule = (rf"This chapter alone: make chapter NAME={re.escape(html.stem)} SEED=<int> "
-                r"\(its execution took \d+(\.\d)? (s|min) in this build\)")
+                r"\(its execution took (\d+ min )?\d+(\.\d)? s in this build, as the provenance "
+                r"box at its end says; (\d+ min )?\d+(\.\d)? s with the kernel's start\)")
         if not re.search(rule, text):
             missing.append(html.stem)
     assert missing == []

@@ -118,8 +118,24 @@ def drop_thebe(app, pagename, templatename, context, doctree):
                             if not str(getattr(css, "filename", css)).endswith("sphinx-thebe.css")]
 
 
+def _provenance_record(app, pagename: str) -> dict | None:
+    """The provenance record the chapter's last cell attached to its output, or None."""
+    import execution_stats  # tools/execution_stats.py, next to this file
+
+    try:
+        path = Path(app.env.doc2path(pagename))
+        return execution_stats._provenance(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
 def rerun_one_chapter(app, doctree):
-    """Add to a chapter's run note the ``make chapter`` command and this build's time."""
+    """Add to a chapter's run note the ``make chapter`` command and this build's time.
+
+    The time is the provenance box's (from the run note to the box, the same measurement
+    and the same format), then the notebook's whole run with the kernel's start, which
+    the execution-statistics page lists; without a provenance record, the latter only.
+    """
     from docutils import nodes
 
     meta = _build_metadata(app, app.env.docname)
@@ -127,13 +143,19 @@ def rerun_one_chapter(app, doctree):
     if not source or seconds is None:
         return
     name = Path(source).stem
+    duration = _provenance_module()._duration_text
+    record = _provenance_record(app, app.env.docname) or {}
     for note in doctree.findall(nodes.Admonition):
         if RUN_NOTE not in note.astext():
             continue
-        minutes = f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        if isinstance(record.get("duration"), (int, float)):
+            took = (f"its execution took {duration(record['duration'])} in this build, as the "
+                    f"provenance box at its end says; {duration(seconds)} with the kernel's start")
+        else:
+            took = f"its execution took {duration(seconds)} in this build"
         note += nodes.paragraph("", "", nodes.Text("This chapter alone: "),
                                 nodes.literal(text=f"make chapter NAME={name} SEED=<int>"),
-                                nodes.Text(f" (its execution took {minutes} in this build)."))
+                                nodes.Text(f" ({took})."))
         return
 
 
