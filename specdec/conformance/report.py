@@ -224,7 +224,7 @@ def _fmt_level(x: float) -> str:
 
 
 def _fmt_tv(x: float) -> str:
-    return f"{x:.4f}" if x >= 1e-3 else f"{x:.1e}"
+    return f"{x:.4f}" if x >= 1e-3 or x == 0 else _fmt_level(x)
 
 
 def _fmt_n(x: float) -> str:
