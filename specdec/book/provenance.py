@@ -402,8 +402,8 @@ def provenance_markdown(record: Provenance) -> str:
         commit = f"`{record.git.commit[:12]}` ({state})"
     trials = f"`{record.trials:,}`" if record.trials is not None else "none (exact computation)"
     packages = ", ".join(f"{name} {version}" for name, version in record.packages.items())
-    edition = {True: " (released edition)", False: " (not a released edition: unreleased "
-               "changes may follow this version)", None: ""}[record.released]
+    edition = {True: " (released edition)", False: " (not a released edition: the commit may "
+               "hold changes made after this version)", None: ""}[record.released]
     lines = [
         ":::{admonition} Provenance of this page",
         ":class: provenance note",
