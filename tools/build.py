@@ -205,7 +205,8 @@ def notebook_fingerprint(source: Path, shared: str) -> str:
 
 def book_fingerprint(layout: Layout) -> str:
     """Everything Jupyter Book reads: config, toc, book/ (including the executed notebooks),
-    the tools the rendering uses (RENDER_TOOLS), pyproject.toml and requirements-lock.txt."""
+    the tools the rendering uses (RENDER_TOOLS), pyproject.toml, requirements-lock.txt and
+    the edition of the build (its commit and tag: the citing page states them)."""
     h = hashlib.sha256(FINGERPRINT_VERSION.encode())
     for path in (layout.config, layout.toc):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -217,6 +218,11 @@ def book_fingerprint(layout: Layout) -> str:
     for name in ("pyproject.toml", "requirements-lock.txt"):  # versions; the lock is published
         path = layout.root / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"-"))
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    import book_ext  # the citing page states the commit and edition of the build
+
+    h.update(b"edition\0" + json.dumps(book_ext.build_edition(layout.root), sort_keys=True).encode())
     return h.hexdigest()
 
 
