@@ -233,3 +233,14 @@ def test_real_gamma_zero_follows_the_target_and_a_temperature_mismatch_fails(rea
     hot = ls.pertoken_check(runs, target, draft, settings=ls.Setting(temperature=1.6,
                             gamma=0).sampling(), rng=np.random.default_rng(4), **kw)
     assert not hot.passed
+
+
+def test_real_several_draft_sequences_abort_at_the_pinned_version(real, prompts):
+    """-np 3: the target batch of a split branch cannot be placed (llama.cpp asks for
+    -kvu, which this example does not accept), the ignored decode failure leaves no
+    logits and a GGML_ASSERT aborts the process; the adapter names it."""
+    # the assertion is written to stderr directly; the logger's lines may be lost
+    with pytest.raises(ls.OutputError, match=r"(?s)exited with status -6.*"
+                       r"GGML_ASSERT\(logits != nullptr\) failed"):
+        ls.run_once(*real, prompts[0], ls.Setting(gamma=3, parallel=3), seed=4000,
+                    n_predict=60)

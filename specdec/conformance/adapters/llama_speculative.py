@@ -329,7 +329,7 @@ def parse_prefix(stdout: bytes, prompt: str, n: int) -> list[int]:
 
 
 def run_once(binary, target_gguf, draft_gguf, prompt: str, setting: Setting, *, seed: int,
-             n_predict: int, timeout: float = 120.0, attempts: int = 3) -> Run:
+             n_predict: int, timeout: float = 120.0, attempts: int = 8) -> Run:
     """Run the example once and read its response.
 
     The example's logger is a thread that the process does not wait for at exit
