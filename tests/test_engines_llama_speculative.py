@@ -13,7 +13,6 @@ gamma 3, pass it against the rule read from the source, and pass it at gamma 0.
 from __future__ import annotations
 
 import importlib.util
-import os
 import stat
 import sys
 import time
@@ -93,7 +92,7 @@ def test_rule_laws_gamma_zero_is_the_target_and_ties_stop():
     p = rng.dirichlet(np.ones(5), size=6)
     q = rng.dirichlet(np.ones(5), size=6)
     laws, known = ls.rule_laws(p, q, [0] * 6, gamma=0)
-    np.testing.assert_array_equal(laws, p) and None
+    np.testing.assert_array_equal(laws, p)
     assert known == 6
     q[2] = [0.3, 0.3 + 1e-6, 0.2, 0.1, 0.1 - 1e-6]       # a near tie at a drafted position
     _, known = ls.rule_laws(p, q, [0] * 6, gamma=5, tie=1e-4)

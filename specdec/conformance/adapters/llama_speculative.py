@@ -99,7 +99,7 @@ RULE = {
     "stop": "after the cycle in which more than -n tokens were emitted (485)",
     "exact_for": "drafts drawn from the draft's law (Leviathan et al. 2023, Theorem 1); "
                  "the example drafts its arg-max, so the emitted law is not the target's "
-                 "when -spec-draft-n-max >= 1 (see rule_laws)",
+                 "when --spec-draft-n-max >= 1 (see rule_laws)",
 }
 
 EOS = 0xFF                      # the book's GGUF conversion (tools/engine.py)
