@@ -16,6 +16,13 @@ Tooling, not library: the book's build, the tests and ``make engine`` use it to
   vocabulary (token id = byte, GPT-2's byte-to-unicode map, one inert merge because an
   empty merge list is refused), BOS and EOS set to byte 0xFF, which
   never occurs in UTF-8 text;
+* **build llama-speculative**: :func:`build_speculative` compiles llama.cpp's example
+  ``examples/speculative/speculative.cpp`` (stochastic verification, one or several
+  draft sequences) from the same pinned sources, linked against the shared libraries
+  of the cached ``llama-server`` build (same sources, same flags: no library is
+  compiled twice and the llama-server cache is left as it is), into
+  ``llama-speculative/<key>/`` with its own copy of those libraries; the key hashes the
+  source, the llama-server key and the compile flags;
 * **serve**: :func:`serve` starts the server on 127.0.0.1 on a free port, with or without
   the draft (``-md draft.gguf --spec-type draft-simple --spec-draft-n-max gamma``: ``-md``
   alone loads the draft and does not use it), one thread (``-t 1``), waits until
@@ -24,7 +31,8 @@ Tooling, not library: the book's build, the tests and ``make engine`` use it to
   in any way (SIGTERM, SIGINT, a timeout, a Jupyter kernel killed with SIGKILL) leaves
   no server behind; ``python tools/engine.py serve`` stops with its server.
 
-Command line: ``python tools/engine.py build|convert|serve|adopt DIR|path``.
+Command line: ``python tools/engine.py build [--target llama-speculative]|convert|serve|
+adopt DIR|path [--target llama-speculative]``.
 """
 
 from __future__ import annotations
@@ -58,6 +66,15 @@ VENDOR = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp"
 CMAKE_FLAGS = ("-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON", "-DCMAKE_BUILD_TYPE=Release",
                "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
 TARGET = "llama-server"
+SPECULATIVE = "llama-speculative"
+SPECULATIVE_SOURCE = "examples/speculative/speculative.cpp"
+# What cmake gives a consumer of llama-common and llama at these flags (its flags.make for
+# llama-server, whose targets link the same libraries); the headers have no other switch.
+SPECULATIVE_CXXFLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-pthread", "-DGGML_BACKEND_SHARED",
+                        "-DGGML_SHARED", "-DGGML_USE_CPU", "-DLLAMA_SHARED",
+                        "-DLLAMA_SUBPROCESS")
+SPECULATIVE_INCLUDES = ("include", "common", "ggml/include", "vendor")
+SPECULATIVE_LIBS = ("llama-common", "llama", "ggml", "ggml-cpu", "ggml-base")
 EOS_BYTE = 0xFF
 GGUF_FORMAT = "specdec-gpt2-bytes-1"     # bump when the conversion changes
 
@@ -219,6 +236,92 @@ def adopt(cmake_build: Path, log=print) -> Path:
             raise EngineError(f"{cmake_build}: built without {flag}")
     build_dir().parent.mkdir(parents=True, exist_ok=True)
     return _install(Path(cmake_build) / "bin", log)
+
+
+def speculative_key() -> str:
+    """16 hex digits naming a llama-speculative build: the source's SHA-256, the
+    llama-server build it links against and the compile flags."""
+    text = "|".join((SDIST_SHA256, SPECULATIVE, SPECULATIVE_SOURCE, build_key(),
+                     *SPECULATIVE_CXXFLAGS, *SPECULATIVE_LIBS))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def speculative_dir() -> Path:
+    return cache_root() / SPECULATIVE / speculative_key()
+
+
+def speculative_binary() -> Path:
+    return speculative_dir() / SPECULATIVE
+
+
+def build_speculative(log=print) -> Path:
+    """``llama-speculative`` from the pinned sources, built once per machine; its path.
+
+    Builds (or reuses) ``llama-server`` first (:func:`build`), then compiles the one
+    source file of the example against that build's shared libraries, copied beside the
+    binary (``rpath $ORIGIN``), so that the result does not depend on the llama-server
+    folder and the llama-server cache is not touched. About a minute on one core.
+
+    Raises
+    ------
+    EngineError
+        A missing compiler, the compilation failed (the log's tail is shown), or the
+        binary does not run.
+    """
+    binary = speculative_binary()
+    if _works(binary):
+        return binary
+    libs = build(log=log).parent
+    cxx = _tools()["C++ compiler"]
+    source = sdist(log)
+    dest = speculative_dir()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
+    tmp.chmod(0o755)
+    logfile = cache_root() / f"build-{SPECULATIVE}-{speculative_key()}.log"
+    t0 = time.perf_counter()
+    try:
+        wanted = tuple(f"{VENDOR}/{d}/" for d in (*SPECULATIVE_INCLUDES,
+                                                 str(Path(SPECULATIVE_SOURCE).parent)))
+        with tarfile.open(source) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(tmp / "src", members=members, **safe)
+        src = tmp / "src" / VENDOR
+        for item in libs.iterdir():
+            if any(item.name.startswith(f"lib{name}.so") for name in SPECULATIVE_LIBS):
+                shutil.copy2(item, tmp / item.name, follow_symlinks=False)
+        # every library a NEEDED entry, found by the binary's own RPATH: the copied
+        # libraries keep the RUNPATH of the llama-server build tree, which is deleted
+        cmd = [cxx, *SPECULATIVE_CXXFLAGS,
+               *(f"-I{src / d}" for d in SPECULATIVE_INCLUDES), str(src / SPECULATIVE_SOURCE),
+               "-o", str(tmp / SPECULATIVE), f"-L{tmp}", "-Wl,--no-as-needed",
+               *(f"-l{name}" for name in SPECULATIVE_LIBS),
+               "-Wl,--disable-new-dtags,-rpath,$ORIGIN"]
+        log(f"engine: compiling {SPECULATIVE} against the llama-server build in {libs} "
+            f"(log {logfile})")
+        with open(logfile, "w") as fh:
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            if subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode != 0:
+                tail = logfile.read_text(errors="replace")[-3000:]
+                raise EngineError(f"compiling {SPECULATIVE} failed (log {logfile}):\n{tail}")
+        shutil.rmtree(tmp / "src")
+        seconds = time.perf_counter() - t0
+        (tmp / "build.json").write_text(json.dumps({
+            "llama_cpp_python": LLAMA_CPP_PYTHON, "sdist_sha256": SDIST_SHA256,
+            "source": SPECULATIVE_SOURCE, "cxxflags": SPECULATIVE_CXXFLAGS,
+            "libraries_from": str(libs), "llama_server_key": build_key(),
+            "seconds": round(seconds, 1)}, indent=1))
+        if not _works(tmp / SPECULATIVE):
+            raise EngineError(f"{tmp / SPECULATIVE} does not run (--version failed)")
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"engine: {SPECULATIVE} built in {seconds:.0f} s, installed in {dest}")
+    return binary
 
 
 # ------------------------------------------------------------------------ GGUF
@@ -559,6 +662,8 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build llama-server once and convert the models")
     b.add_argument("-j", "--jobs", type=int)
+    b.add_argument("--target", choices=(TARGET, SPECULATIVE), default=TARGET,
+                   help=f"{SPECULATIVE}: also compile llama.cpp's speculative example")
     a = sub.add_parser("adopt", help="install an existing cmake build of the pinned sources")
     a.add_argument("dir", type=Path)
     sub.add_parser("convert", help="convert the book's models to GGUF")
@@ -567,20 +672,23 @@ def main(argv=None) -> int:
     s.add_argument("--target", default="target")
     s.add_argument("--draft")
     s.add_argument("--gamma", type=int, default=3)
-    sub.add_parser("path", help="print the llama-server path (build it if needed)")
+    pa = sub.add_parser("path", help="print the llama-server path (build it if needed)")
+    pa.add_argument("--target", choices=(TARGET, SPECULATIVE), default=TARGET)
     args = p.parse_args(argv)
     try:
         if args.cmd == "adopt":
             adopt(args.dir)
         elif args.cmd == "build":
             build(args.jobs)
+            if args.target == SPECULATIVE:
+                build_speculative()
             for name in models():
                 convert(name)
         elif args.cmd == "convert":
             for name in models():
                 print(convert(name))
         elif args.cmd == "path":
-            print(build())
+            print(build_speculative() if args.target == SPECULATIVE else build())
         elif args.cmd == "serve":
             return serve_until_stopped(args.target, args.draft, args.gamma)
     except EngineError as err:
