@@ -170,7 +170,8 @@ def test_cycle_cost_change_names_the_input_that_moved():
 
 
 def test_pass_disturbance_says_when_a_run_was_disturbed():
-    assert "above the 25% that marks a disturbed run" in t.pass_disturbance(2.01, 0.25)
+    s = t.pass_disturbance(2.01, 0.25)
+    assert "above the 25% that marks a disturbed run" in s and "c and g are medians" in s
     assert t.pass_disturbance(0.1, 0.25).endswith("was 10%, within the 25% of an undisturbed run")
 
 

@@ -374,8 +374,10 @@ def pass_disturbance(disturbance: float, threshold: float) -> str:
     if disturbance > threshold:
         return (f"the largest disturbance of a pass time (median over fastest repeat, minus "
                 f"one) was {disturbance:.0%}, above the {threshold:.0%} that marks a disturbed "
-                f"run: other processes held the processor during some timed passes, which is "
-                f"why c and g come from the fastest repeats")
+                f"run: other processes held the processor during some timed passes; c and g "
+                f"are medians of passes timed in the same windows as the paired requests, so "
+                f"a disturbance reaches both, but absolute times and small ratios of this "
+                f"run are less reliable")
     return (f"the largest disturbance of a pass time (median over fastest repeat, minus one) "
             f"was {disturbance:.0%}, within the {threshold:.0%} of an undisturbed run")
 
