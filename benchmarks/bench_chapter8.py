@@ -2,10 +2,10 @@
 
 Executes ``notebooks/08-measurement.md`` once (jupytext, papermill, the same kernel and
 parameters as the book's build; the engine is built first if needed, and its build is not
-counted), then prints the chapter's wall time, the time of its two studies as the chapter
-reports them, the budget (540 s on an idle 2-core machine: 150 s before the section on a
-memory-bound target, which serves three targets on llama-server) and the machine's load average
-before and after, so a run on a busy machine is visibly marked as disturbed.
+counted), then prints the chapter's wall time, the time of its three studies as the
+chapter reports them (the book's decoder, the served study, the memory-bound section's
+run), the budget (300 s on an idle 2-core machine) and the machine's load average before
+and after, so a run on a busy machine is visibly marked as disturbed.
 
 Run with ``.venv/bin/python benchmarks/bench_chapter8.py [--seed N]``.
 """
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BUDGET = 540.0
+BUDGET = 300.0
 
 
 def main(argv=None) -> int:
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         for o in cell.get("outputs", []):
             meta = o.get("metadata", {}).get("scrapbook", {})
             name = meta.get("name")
-            if name in ("ch8_study_seconds", "ch8_srv_seconds"):
+            if name in ("ch8_study_seconds", "ch8_srv_seconds", "ch8_big_seconds"):
                 text = next(v for k, v in o.get("data", {}).items() if k.endswith("text/plain"))
                 glued[name] = float(text)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     print(f"chapter 8 executed in {seconds:.1f} s (budget {BUDGET:.0f} s on an idle "
           f"{cores}-core machine): {'within' if seconds <= BUDGET else 'OVER'} budget")
     print(f"  in-process study {glued.get('ch8_study_seconds', float('nan')):.1f} s, "
-          f"served study {glued.get('ch8_srv_seconds', float('nan')):.1f} s")
+          f"served study {glued.get('ch8_srv_seconds', float('nan')):.1f} s, "
+          f"memory-bound run {glued.get('ch8_big_seconds', float('nan')):.1f} s")
     print(f"  load average {load_before:.1f} before, {load_after:.1f} after"
           + ("  ** DISTURBED: other processes were running; times are upper bounds **"
              if disturbed else ""))

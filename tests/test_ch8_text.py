@@ -170,5 +170,68 @@ def test_cycle_cost_change_names_the_input_that_moved():
 
 
 def test_pass_disturbance_says_when_a_run_was_disturbed():
-    assert "above the 25% that marks a disturbed run" in t.pass_disturbance(2.01, 0.25)
+    s = t.pass_disturbance(2.01, 0.25)
+    assert "above the 25% that marks a disturbed run" in s and "c and g are medians" in s
     assert t.pass_disturbance(0.1, 0.25).endswith("was 10%, within the 25% of an undisturbed run")
+
+
+def test_tail_label_is_max_below_100():
+    assert t.tail_label(32) == "max" and t.tail_label(99) == "max" and t.tail_label(100) == "p99"
+    import pytest
+    with pytest.raises(ValueError, match="n: must be an integer >= 1"):
+        t.tail_label(0)
+
+
+def test_interval_verdict_three_ways():
+    assert t.interval_verdict(1.3, 1.1, 1.5).startswith("a gain, 1.30×")
+    assert t.interval_verdict(0.8, 0.7, 0.9).startswith("a slowdown, 0.80×")
+    s = t.interval_verdict(1.05, 0.95, 1.2)
+    assert s.startswith("no difference") and "95% interval over prompts 0.95 to 1.20" in s
+
+
+def test_pays_interval_four_ways():
+    assert "above 1.5×, the whole interval" in t.pays_interval(1.8, 1.6, 2.0, 1.5, "Here")
+    assert "point estimate above 1.5×" in t.pays_interval(1.6, 1.4, 1.8, 1.5, "Here")
+    s = t.pays_interval(1.4, 1.2, 1.55, 1.5, "Here")
+    assert "below 1.5×, with an interval that still reaches it" in s
+    s = t.pays_interval(1.1, 1.0, 1.2, 1.5, "Here")
+    assert "below 1.5×, the whole interval" in s and s.startswith("Here the draft gives 1.10×")
+
+
+def test_repetition_note_three_ways():
+    assert "fall into loops" in t.repetition_note(0.3, 0.9)
+    assert "repeat more, but most" in t.repetition_note(0.7, 0.9)
+    assert "repeat no more" in t.repetition_note(0.9, 0.9)
+    assert "30%" in t.repetition_note(0.3, 0.9) and "90%" in t.repetition_note(0.3, 0.9)
+
+
+def test_model_errors_three_ways():
+    assert t.model_errors([0.05, -0.08], 0.10).endswith("within 10% every time")
+    assert t.model_errors([0.25, -0.3], 0.10).endswith("never within 10%")
+    s = t.model_errors([0.05, 0.2, -0.02], 0.10)
+    assert s.endswith("within 10% in 2 of 3") and "+5%, +20%, -2%" in s
+
+
+def test_bandwidth_share_three_ways():
+    assert t.bandwidth_share(9.0, 12.0).endswith("bound by memory bandwidth")
+    assert "large share" in t.bandwidth_share(5.0, 12.0)
+    s = t.bandwidth_share(1.0, 12.0)
+    assert "far from the memory bound" in s and "8%" in s
+
+
+def test_goodput_limits_four_ways():
+    f = [1.0, 2.0]
+    assert "same goodput" in t.goodput_limits(f, [1, 2], [1, 2])
+    assert "raises goodput under every limit" in t.goodput_limits(f, [1, 2], [2, 3])
+    assert "lowers goodput under every limit" in t.goodput_limits(f, [2, 3], [1, 2])
+    s = t.goodput_limits(f, [2, 2], [1, 3])
+    assert "factors 2 and lowers it under 1" in s
+
+
+def test_best_language_ranks_only_beyond_the_intervals():
+    names = {"en": "English", "it": "Italian"}
+    rows = [{"language": "en", "speedup": 1.5, "low": 1.4, "high": 1.6},
+            {"language": "it", "speedup": 1.1, "low": 1.0, "high": 1.2}]
+    assert "English is ahead of Italian" in t.best_language(rows, names)
+    rows[1]["high"] = 1.45
+    assert "does not rank" in t.best_language(rows, names)

@@ -168,4 +168,4 @@ def test_chapter_8_memory_bound_sentences(whole_book):
     if "rise larger" in g["ch8_big_conc_change"]:
         assert not fell
     assert ("above 1.5×" in g["ch8_big_verdict"]) != ("below 1.5×" in g["ch8_big_verdict"])
-    assert "interquartile range" in g["ch8_big_verdict"]
+    assert "interval over prompts" in g["ch8_big_verdict"]

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """``make bench``: run benchmarks/bench_*.py, then time a clean build and an unchanged rebuild.
 
+``--quick`` (or ``--no-build``) runs the benchmarks only: the clean build alone takes most
+of the half hour of a full run.
+
 The builds run in a temporary copy of the repository's sources (tools/snapshot.py), so
 the working tree's cache and _build/ are neither used nor touched.
 """
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", default="2026")
     parser.add_argument("--trials", default="200000")
     parser.add_argument("--no-build", action="store_true", help="only run benchmarks/bench_*.py")
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the clean-build and rebuild timings (the same as --no-build)")
     args = parser.parse_args(argv)
 
     rows: list[tuple[str, str, float]] = []
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print("no benchmarks/*.py yet")
 
-    if not args.no_build:
+    if not (args.no_build or args.quick):
         with tempfile.TemporaryDirectory(prefix="specdec-bench-") as tmp:
             root = copy_sources(REPO, Path(tmp) / "repo")
             build = [sys.executable, str(root / "tools" / "build.py"), "--root", str(root),

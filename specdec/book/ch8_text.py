@@ -12,7 +12,9 @@ from __future__ import annotations
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "rule_comparison",
            "served_speedup", "served_vs_book", "disturbance_note", "goodput_trend",
-           "g_against_lines", "pays_verdict", "model_agreement", "scale_trend"]
+           "g_against_lines", "pays_verdict", "model_agreement", "scale_trend",
+           "tail_label", "interval_verdict", "pays_interval", "repetition_note",
+           "model_errors", "bandwidth_share", "goodput_limits", "best_language"]
 
 
 def _clear(diff: float, spread: float) -> bool:
@@ -372,7 +374,117 @@ def pass_disturbance(disturbance: float, threshold: float) -> str:
     if disturbance > threshold:
         return (f"the largest disturbance of a pass time (median over fastest repeat, minus "
                 f"one) was {disturbance:.0%}, above the {threshold:.0%} that marks a disturbed "
-                f"run: other processes held the processor during some timed passes, which is "
-                f"why c and g come from the fastest repeats")
+                f"run: other processes held the processor during some timed passes; c and g "
+                f"are medians of passes timed in the same windows as the paired requests, so "
+                f"a disturbance reaches both, but absolute times and small ratios of this "
+                f"run are less reliable")
     return (f"the largest disturbance of a pass time (median over fastest repeat, minus one) "
             f"was {disturbance:.0%}, within the {threshold:.0%} of an undisturbed run")
+
+
+def tail_label(n: int) -> str:
+    """An honest name for the tail of ``n`` values: ``"p99"`` when at least 100 values put
+    one percent of them beyond it, else ``"max"`` (the largest of fewer than 100 values is
+    what a 99th percentile of them would report)."""
+    if not (isinstance(n, int) and n >= 1):
+        raise ValueError(f"n: must be an integer >= 1 (got {n!r})")
+    return "p99" if n >= 100 else "max"
+
+
+def _interval(low: float, high: float, confidence: float) -> str:
+    return f"{confidence:.0%} interval over prompts {low:.2f} to {high:.2f}"
+
+
+def interval_verdict(speedup: float, low: float, high: float,
+                     confidence: float = 0.95) -> str:
+    """A speedup against break-even, judged by its interval over prompts."""
+    where = f"{speedup:.2f}× ({_interval(low, high, confidence)})"
+    if low > 1:
+        return f"a gain, {where}"
+    if high < 1:
+        return f"a slowdown, {where}"
+    return f"no difference this run can tell from break-even, {where}"
+
+
+def pays_interval(speedup: float, low: float, high: float, mark: float, setting: str,
+                  confidence: float = 0.95) -> str:
+    """Whether a speedup reaches ``mark`` (e.g. 1.5×), judged by its interval."""
+    head = f"{setting} the draft gives {speedup:.2f}× ({_interval(low, high, confidence)})"
+    if low >= mark:
+        return f"{head}: above {mark:.1f}×, the whole interval with it"
+    if speedup >= mark:
+        return f"{head}: a point estimate above {mark:.1f}×, with an interval that reaches below it"
+    if high >= mark:
+        return (f"{head}: below {mark:.1f}×, with an interval that still reaches it, so this "
+                f"run does not show that mark reached")
+    return f"{head}: below {mark:.1f}×, the whole interval with it, so this run does not reach that mark"
+
+
+def repetition_note(greedy: float, sampled: float) -> str:
+    """Repetition of the greedy texts against the sampled ones (median share of distinct
+    byte 4-grams per text; a loop of period L gives about 1/L)."""
+    text = (f"a median of {greedy:.0%} of a greedy text's byte 4-grams are distinct, "
+            f"against {sampled:.0%} of a sampled text's")
+    if greedy < 0.5 and greedy < sampled:
+        return (text + ": at temperature 0 the book's models fall into loops, so greedy "
+                "speedups measure which loop a prompt falls into more than the language; "
+                "the sampled texts are the ones a user would see")
+    if greedy < sampled:
+        return text + ": the greedy texts repeat more, but most of their 4-grams are new"
+    return text + ": the greedy texts repeat no more than the sampled ones"
+
+
+def model_errors(errors, tolerance: float) -> str:
+    """The cost model's relative error over the repeats of one run (each repeat's
+    prediction against the same repeat's measurement)."""
+    errs = [float(e) for e in errors]
+    within = sum(round(abs(e), 2) <= tolerance for e in errs)
+    text = (f"per repeat the cost model erred by "
+            + ", ".join(f"{e:+.0%}" for e in errs))
+    if within == len(errs):
+        return text + f", within {tolerance:.0%} every time"
+    if within == 0:
+        return text + f", never within {tolerance:.0%}"
+    return text + f", within {tolerance:.0%} in {within} of {len(errs)}"
+
+
+def bandwidth_share(achieved: float, measured: float) -> str:
+    """Weights read per second by a target step against the measured read bandwidth."""
+    share = achieved / measured
+    text = (f"{achieved:.1f} GB/s of weights, {share:.0%} of the {measured:.1f} GB/s one "
+            f"thread reads from memory on this machine")
+    if share >= 0.6:
+        return text + ": the step is bound by memory bandwidth"
+    if share >= 0.3:
+        return (text + ": memory traffic is a large share of the step, but not all of it")
+    return text + ": far from the memory bound, so most of the step is other work"
+
+
+def goodput_limits(factors, base, spec) -> str:
+    """The draft's effect on goodput as the limits vary (one value per limit factor, each
+    summed over the sweep's rates)."""
+    wins = [f for f, b, x in zip(factors, base, spec) if x > b]
+    losses = [f for f, b, x in zip(factors, base, spec) if x < b]
+    fmt = lambda fs: ", ".join(f"{f:g}" for f in fs)
+    if not wins and not losses:
+        return "the two servers reach the same goodput under every limit"
+    if not losses:
+        return f"the draft raises goodput under every limit (factors {fmt(wins)})"
+    if not wins:
+        return f"the draft lowers goodput under every limit (factors {fmt(losses)})"
+    return (f"the draft raises goodput under the limits of factors {fmt(wins)} and lowers "
+            f"it under {fmt(losses)}: which server serves more requests in time depends on "
+            f"where the limit is set")
+
+
+def best_language(rows, names) -> str:
+    """The languages' speedups beside the headline, the best named without promoting it."""
+    parts = [f"{names[r['language']]} {r['speedup']:.2f}× ({r['low']:.2f} to {r['high']:.2f})"
+             for r in rows]
+    best = max(rows, key=lambda r: r["speedup"])
+    worst = min(rows, key=lambda r: r["speedup"])
+    overlap = best["low"] <= worst["high"]
+    return ("per language, " + ", ".join(parts) + ("; the intervals of the best and the "
+            "worst language overlap, so this run does not rank the languages" if overlap
+            else f"; {names[best['language']]} is ahead of {names[worst['language']]} by "
+            f"more than their intervals"))

@@ -1,0 +1,164 @@
+"""Chapter 8's served-study helpers (specdec.book.served) without an engine: the mixed
+stream's order, the repetition measure, the bootstrap interval over prompts, the cost
+window, the context of a run, and the sampled protocol against two scripted servers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from scripted_server import Script, ScriptedServer
+
+from specdec import client as cl
+from specdec.book import served as s
+
+
+def test_interleave_languages_takes_turns_and_refuses_nothing():
+    assert s.interleave_languages({"en": ["a", "b", "c"], "it": ["d"], "zh": ["e", "f"]}) == [
+        ("en", "a"), ("it", "d"), ("zh", "e"), ("en", "b"), ("zh", "f"), ("en", "c")]
+    with pytest.raises(ValueError, match="prompts"):
+        s.interleave_languages({"en": []})
+
+
+def test_distinct_ngram_share_exact_values():
+    assert s.distinct_ngram_share("abcdefgh") == 1.0
+    # "the " repeated: 13 4-grams, 4 distinct
+    assert s.distinct_ngram_share("the the the the ") == 4 / 13
+    assert s.distinct_ngram_share("aaaaaa", 1) == 1 / 6
+    assert s.distinct_ngram_share("可可可可", 3) == 3 / 10          # bytes, not characters
+    assert math.isnan(s.distinct_ngram_share("abcd", 4))
+    with pytest.raises(ValueError, match="n: must be an integer >= 1"):
+        s.distinct_ngram_share("abc", 0)
+
+
+def test_ratio_interval_point_is_the_stream_ratio_and_covers_it():
+    bt, bk = np.array([1.0, 2.0, 1.0, 4.0]), np.array([10.0, 20.0, 10.0, 40.0])
+    st_, sk = np.array([0.5, 1.0, 1.0, 2.0]), bk
+    out = s.ratio_interval(bt, bk, st_, sk, seed=1)
+    # 80 tokens in 8 s against 80 tokens in 4.5 s
+    assert out["speedup"] == pytest.approx(8 / 4.5) and out["prompts"] == 4
+    assert out["low"] <= out["speedup"] <= out["high"] and out["confidence"] == 0.95
+    same = s.ratio_interval(bt, bk, bt / 2, bk, seed=1)        # every prompt twice as fast
+    assert same["speedup"] == same["low"] == same["high"] == pytest.approx(2.0)
+
+
+def test_ratio_interval_is_reproducible_and_narrows_with_prompts():
+    rng = np.random.default_rng(5)
+    widths = []
+    for n in (20, 320):
+        bt = rng.uniform(0.2, 0.4, n)
+        st_ = bt / 1.3 * rng.uniform(0.7, 1.3, n)
+        k = np.full(n, 32.0)
+        a = s.ratio_interval(bt, k, st_, k, seed=3)
+        assert a == s.ratio_interval(bt, k, st_, k, seed=3)
+        assert a["low"] < 1.3 < a["high"] or abs(a["speedup"] - 1.3) < 0.1
+        widths.append(a["high"] - a["low"])
+    assert widths[1] < widths[0] / 2
+
+
+def test_ratio_interval_refuses_bad_input():
+    one = np.ones(3)
+    with pytest.raises(ValueError, match="spec_time: must be one-dimensional"):
+        s.ratio_interval(one, one, np.ones(4), one, seed=0)
+    with pytest.raises(ValueError, match="base_tokens: every value must be finite and positive"):
+        s.ratio_interval(one, np.array([1.0, 0.0, 1.0]), one, one, seed=0)
+    with pytest.raises(ValueError, match="at least 2 prompts"):
+        s.ratio_interval([1.0], [1.0], [1.0], [1.0], seed=0)
+    with pytest.raises(ValueError, match="confidence"):
+        s.ratio_interval(one, one, one, one, seed=0, confidence=1.5)
+
+
+def test_memory_bandwidth_shape_and_refusals():
+    out = s.memory_bandwidth(megabytes=16, repeats=2)
+    assert out["bytes"] == 16 * 2**20 and out["repeats"] == 2
+    for key in ("read_gbs", "read_gbs_median", "copy_gbs", "copy_gbs_median"):
+        assert out[key] > 0
+    assert out["read_gbs"] >= out["read_gbs_median"] and out["copy_gbs"] >= out["copy_gbs_median"]
+    with pytest.raises(ValueError, match="megabytes: must be an integer >= 16"):
+        s.memory_bandwidth(megabytes=8)
+    with pytest.raises(ValueError, match="repeats: must be an integer >= 1"):
+        s.memory_bandwidth(repeats=0)
+
+
+def test_cpu_model_and_server_context(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\n")
+    assert s.cpu_model(info) == "Test CPU 9000"
+    assert s.cpu_model(tmp_path / "absent") == "not reported"
+    plain = s.server_context(["-m", "t.gguf", "-t", "1", "-tb", "1", "-np", "4", "-c", "512"])
+    assert plain == {"slots": 4, "context": 512, "threads": 1, "batch_threads": 1,
+                     "cache_k": "f16", "cache_v": "f16", "flash_attention": "auto",
+                     "draft": None, "gamma": None}
+    spec = s.server_context(["-m", "t.gguf", "-md", "/x/draft.gguf", "--spec-draft-n-max", "4",
+                             "-ctk", "f32", "-ctv", "f32", "-fa", "off"])
+    assert spec["draft"] == "draft.gguf" and spec["gamma"] == 4
+    assert (spec["cache_k"], spec["cache_v"], spec["flash_attention"]) == ("f32", "f32", "off")
+
+
+def _passes(t1, tv, d1, gamma=2):
+    rows = []
+    for r, jitter in enumerate((1.0, 1.2, 1.1)):
+        rows.append({"server": "target", "repeat": r, "positions": 1, "ms": t1 * jitter})
+        rows.append({"server": "target", "repeat": r, "positions": 2, "ms": (t1 + tv) / 2 * jitter})
+        rows.append({"server": "target", "repeat": r, "positions": gamma + 1, "ms": tv * jitter})
+        rows.append({"server": "draft", "repeat": r, "positions": 1, "ms": d1 * jitter})
+    return rows
+
+
+def test_window_costs_use_medians():
+    w = s.window_costs(_passes(10.0, 14.0, 1.0), 2)
+    assert s.COST_ESTIMATOR == "median"
+    assert w["target_ms"] == pytest.approx(11.0) and w["verify_ms"] == pytest.approx(15.4)
+    assert w["c"] == pytest.approx(0.1) and w["g"] == pytest.approx(1.4)
+    assert w["g_by_gamma"] == pytest.approx([1.2, 1.4])
+    assert w["disturbance"] == pytest.approx(0.1)
+    with pytest.raises(RuntimeError, match="no pass of 4 positions"):
+        s.window_costs(_passes(10.0, 14.0, 1.0), 3)
+
+
+def test_predicted_speedup_exact_and_refusals():
+    assert s.predicted_speedup(0.5, 0.1, 1.4, 4) == pytest.approx(3.0 / 1.8)
+    assert s.predicted_speedup(0.0, 0.25, 1.0, 4) == pytest.approx(0.5)
+    for bad, match in (((1.5, 0.1, 1.0, 4), "acceptance"), ((0.5, 0.0, 1.0, 4), "c, g"),
+                       ((0.5, 0.1, 1.0, 0), "gamma")):
+        with pytest.raises(ValueError, match=match):
+            s.predicted_speedup(*bad)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0, 1), st.floats(0.01, 2), st.floats(0.5, 6), st.integers(1, 8))
+def test_predicted_speedup_grows_with_acceptance(a, c, g, gamma):
+    lo, hi = s.predicted_speedup(a / 2, c, g, gamma), s.predicted_speedup(a, c, g, gamma)
+    assert lo <= hi and hi <= (1 + gamma) / (gamma * c + g) + 1e-12
+
+
+def test_sampled_protocol_against_two_scripted_servers():
+    slow = Script(delays=(0.02, 0.02, 0.02), texts=("abcd", "efg", "h"), tokens=(2, 1, 1),
+                  timings={})
+    fast = Script(delays=(0.01, 0.005, 0.005), texts=("abcd", "efg", "h"), tokens=(2, 1, 1),
+                  timings={"draft_n": 4, "draft_n_accepted": 3})
+    windows = []
+    with ScriptedServer(slow) as base_url, ScriptedServer(fast) as spec_url:
+        eps = {"baseline": cl.Endpoint(base_url), "speculative": cl.Endpoint(spec_url)}
+        out = s.sampled_protocol(eps, {"en": ["p0", "p1"], "it": ["q0", "q1", "q2"]},
+                                 baseline="baseline", repeats=3, max_tokens=4,
+                                 temperature=1.0, seed=10,
+                                 window=lambda r: windows.append(r) or {"r": r})
+    assert windows == [0, 1, 2] and out["windows"] == [{"r": 0}, {"r": 1}, {"r": 2}]
+    assert out["stream"] == ["en", "it", "en", "it", "it"]
+    assert len(out["requests"]) == 3 * 2 * 5
+    seeds = [b["seed"] for b in slow.bodies]
+    assert seeds == [10, 11, 12, 13, 14] * 3 and [b["seed"] for b in fast.bodies] == seeds
+    assert {b["prompt"] for b in slow.bodies} == {"p0", "p1", "q0", "q1", "q2"}
+    res = out["speedup"]["speculative"]
+    assert set(res) == {"mixed", "en", "it"} and res["mixed"]["prompts"] == 5
+    assert res["en"]["prompts"] == 2 and res["it"]["prompts"] == 3
+    assert res["mixed"]["speedup"] > 1.3 and res["mixed"]["acceptance"] == 0.75
+    assert len(res["mixed"]["per_repeat"]) == 3 and all(x > 1 for x in res["mixed"]["per_repeat"])
+    assert out["identical"]["speculative"] == {"identical": 15, "compared": 15}
+    assert out["distinct_4gram_share"]["mixed"] == 1.0
+    with pytest.raises(ValueError, match="baseline"):
+        s.sampled_protocol(eps, {"en": ["p"]}, baseline="plain", repeats=1, max_tokens=4,
+                           temperature=1.0, seed=0)
