@@ -27,7 +27,7 @@ cycle, from which its sequence law, accepted-count law and mean follow
 and :meth:`Rule.sample`, the reference procedure that draws one cycle with explicit
 uniforms. The exact rules live in their modules (:data:`specdec.blockverify.BLOCK`,
 :data:`specdec.matching.MATCHING`, :class:`specdec.multidraft.RecursiveRejection`,
-:class:`specdec.lossy.Lossy`); each flaw is one subclass in :mod:`specdec.flaws`.
+:class:`specdec.lossy.Lossy`); each flaw is one subclass in the module of its rule, and :mod:`specdec.rules` registers them all.
 :class:`RuleSampler` is the one adapter that hands any rule to the conformance kit as a
 block sampler, with the accepted-count law of the rule declared beside it. Used in
 Chapter 5 and Appendix A4.
@@ -62,7 +62,11 @@ __all__ = [
     "fixed_oracle",
     "draft_paths",
     "chain_outcomes",
+    "residual_weights",
+    "append_outcomes",
+    "cycle_state_law",
     "rule_sequence_law",
+    "canonical_context",
     "accepted_count_law",
     "emitted_count_law",
     "mean_accepted",
@@ -186,7 +190,8 @@ class LawOracle:
         return hit
 
 
-def _canonical(target: ToyModel, draft: ToyModel) -> Callable:
+def canonical_context(target: ToyModel, draft: ToyModel) -> Callable:
+    """Function shortening a context to the suffix that fixes every future law of both models."""
     mems = (target.memory, draft.memory)
     if None in mems:
         return lambda ctx: ctx
@@ -204,7 +209,7 @@ def model_oracle(target: ToyModel, draft: ToyModel) -> LawOracle:
     """
     check_models(target, draft)
     return LawOracle(lambda c: target.next_law(c).tolist(), lambda c: draft.next_law(c).tolist(),
-                     target.vocab_size, target.eos, _canonical(target, draft))
+                     target.vocab_size, target.eos, canonical_context(target, draft))
 
 
 def fixed_oracle(p, q, *, eos: int | None = None) -> LawOracle:
@@ -363,21 +368,118 @@ def chain_outcomes(verify: Callable, oracle: LawOracle, ctx: tuple, gamma: int, 
     return out
 
 
+def residual_weights(w, p, q) -> tuple[list, object]:
+    """``max(w p - q, 0)`` entry by entry, and its sum (floats or fractions).
+
+    ``w = 1`` gives the token-level residual ``(p - q)^+`` of token-by-token verification;
+    block verification weighs ``p`` by its cumulative weight ``w_tau``.
+    """
+    plus = [max(w * a - b, 0 * b) for a, b in zip(p, q)]
+    return plus, sum(plus)
+
+
+def append_outcomes(path: DraftPath, tau: int, weight, law: list, total, out: list) -> None:
+    """Append to ``out`` the outcomes ``(weight law(y) / total, x_1..x_tau y, tau)`` of one branch.
+
+    The branch accepts the first ``tau`` drafted tokens of ``path`` and then emits one
+    token ``y`` drawn from the weights ``law`` (sum ``total``); nothing is appended when
+    ``weight`` or ``total`` is 0.
+    """
+    if weight <= 0 or total <= 0:
+        return
+    head = path.tokens[:tau]
+    for y, m in enumerate(law):
+        if m > 0:
+            out.append((weight * m / total, head + (y,), tau))
+
+
 # --------------------------------------------------------------------------------------
 # Laws of a run
 # --------------------------------------------------------------------------------------
 
 
+def cycle_state_law(start, cycle: Callable, advance: Callable, length: int, eos, *,
+                    key: Callable | None = None, cut_at_eos: bool = True) -> dict:
+    """Exact law of the first ``length`` emitted tokens of repeated cycles, over cycle states.
+
+    The one dynamic programme behind every sequence law of the library: the states
+    ``(text, state)`` are visited in order of text length, each distinct cycle is
+    enumerated once (memoised on ``key(state, need)``), and every outcome either finishes
+    the text (``length`` tokens reached, or EOS emitted) or moves its probability to the
+    state ``advance(state, outcome)`` after the longer text. Arithmetic is generic: floats
+    or fractions.
+
+    Parameters
+    ----------
+    start : hashable
+        The state of the first cycle (for example the canonical prompt context).
+    cycle : callable
+        ``cycle(state, need) -> list of outcomes``, each a tuple whose first two entries
+        are its probability and the tokens it emits; ``need`` is the number of tokens
+        still wanted (a cycle may stop enumerating past them).
+    advance : callable
+        ``advance(state, outcome) -> state`` of the next cycle (called for outcomes that
+        do not finish the text).
+    length : int
+        Number of emitted tokens whose law is computed (>= 1).
+    eos : int or None
+        End-of-sequence id: the text ends at an emitted EOS.
+    key : callable, optional
+        Memo key of a cycle, ``key(state, need)``; default ``state`` (the cycle does not
+        depend on ``need``).
+    cut_at_eos : bool
+        Cut the text after its first EOS (default). False keeps what a cycle emits past
+        an EOS in the key (a rule that does not stop at EOS).
+
+    Returns
+    -------
+    dict[tuple[int, ...], float or Fraction]
+        Sequence -> probability, keys as in :func:`specdec.models.sequence_law`.
+
+    References
+    ----------
+    Leviathan et al. (2023), App. A.1: each cycle's output law given its start state, by
+    induction over the cycles, gives the law of the text.
+    """
+    length = check_int(length, "length", minimum=1)
+    key = key or (lambda state, need: state)
+    memo: dict = {}
+    buckets = [defaultdict(int) for _ in range(length)]
+    buckets[0][((), start)] = 1
+    law: dict = defaultdict(int)
+    for level in range(length):
+        for (text, state), prob in buckets[level].items():
+            need = length - level
+            k = key(state, need)
+            outs = memo.get(k)
+            if outs is None:
+                outs = memo[k] = cycle(state, need)
+            for outcome in outs:
+                pr, emitted = outcome[0], outcome[1]
+                text2 = text + tuple(emitted)
+                if cut_at_eos and eos is not None and eos in text2:
+                    text2 = text2[: text2.index(eos) + 1]
+                if len(text2) >= length or (eos is not None and eos in text2):
+                    law[text2[:length]] += prob * pr
+                else:
+                    buckets[len(text2)][(text2, advance(state, outcome))] += prob * pr
+        buckets[level] = {}
+    return dict(law)
+
+
 def rule_sequence_law(cycle: Callable, oracle: LawOracle, prefix, length: int) -> dict:
     """Exact law of the first ``length`` tokens emitted by repeated stateless cycles.
+
+    A stateless cycle starts from the emitted text and nothing else, so the state of
+    :func:`cycle_state_law` is the context itself (cycles from contexts with the same
+    canonical form are enumerated once).
 
     Parameters
     ----------
     cycle : callable
         ``cycle(ctx) -> list of Outcome``: one cycle's outcomes from context ``ctx``.
     oracle : LawOracle
-        Supplies the vocabulary, the EOS id and the context canonicalisation (cycles
-        from contexts with the same canonical form are enumerated once).
+        Supplies the vocabulary, the EOS id and the context canonicalisation.
     prefix : sequence of int
         Prompt (no EOS).
     length : int
@@ -391,28 +493,9 @@ def rule_sequence_law(cycle: Callable, oracle: LawOracle, prefix, length: int) -
     """
     length = check_int(length, "length", minimum=1)
     prompt = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
-    eos = oracle.eos
-    memo: dict = {}
-    buckets = [defaultdict(int) for _ in range(length)]
-    buckets[0][()] = 1
-    law: dict = defaultdict(int)
-    for level in range(length):
-        for text, prob in buckets[level].items():
-            ctx = prompt + text
-            key = oracle.canon(ctx)
-            outs = memo.get(key)
-            if outs is None:
-                outs = memo[key] = cycle(ctx)
-            for pr, emitted, _ in outs:
-                text2 = text + tuple(emitted)
-                if eos is not None and eos in text2:
-                    text2 = text2[: text2.index(eos) + 1]
-                if len(text2) >= length or (eos is not None and text2 and text2[-1] == eos):
-                    law[text2[:length]] += prob * pr
-                else:
-                    buckets[len(text2)][text2] += prob * pr
-        buckets[level] = {}
-    return dict(law)
+    return cycle_state_law(prompt, lambda ctx, need: cycle(ctx),
+                           lambda ctx, outcome: ctx + tuple(outcome[1]), length, oracle.eos,
+                           key=lambda ctx, need: oracle.canon(ctx))
 
 
 def accepted_count_law(outcomes, max_accepted: int) -> list:

@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from specdec import flaws, laws, simulate, token
+from specdec import laws, simulate, stateful, token, tokenrule
 from specdec.verify import draw, speculative_accept, verify
 from specdec.conformance import batch_sampler, block_sampler, token_sampler
 
@@ -123,7 +123,7 @@ def vectorised_correct(p, q, rng, n):
 @token_sampler(vectorised=True)
 def library_vectorised(p, q, rng, n):
     """The library's vectorised engine (:func:`specdec.simulate.simulate_tokens`), rule "correct"."""
-    return simulate.simulate_tokens(p, q, n, rng, rules=(flaws.CORRECT,))["correct"]
+    return simulate.simulate_tokens(p, q, n, rng, rules=(tokenrule.TOKEN,))["correct"]
 
 
 @token_sampler(vectorised=True, inputs="logits")
@@ -217,7 +217,7 @@ def drop_rejected(p, q, rng):
 
     "Do not give the rejected token a second chance" sounds like a refinement of falling
     back to ``p``; it is the same mistake. The recovery must be the residual
-    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, flaws.DROP_REJECTED)``.
+    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, tokenrule.DROP_REJECTED)``.
     """
     x = int(draw(q, rng.random()))
     if speculative_accept(p[x], q[x], rng.random()):
@@ -235,7 +235,7 @@ def shared_uniform(p, q, rng):
     so the inverse-CDF draw favours the residual's last tokens. Invisible when the
     residual is a point mass (the article's example); the battery's ``spread_residual``
     case is built to show it. Exact law: ``specdec.token.output_law(p, q,
-    flaws.SHARED_UNIFORM)``.
+    tokenrule.SHARED_UNIFORM)``.
     """
     x = int(draw(q, rng.random()))
     u = rng.random()
@@ -281,7 +281,7 @@ class StaleProposals:
     (corrected) context, as a draft forward pass over the proposed block would. The ratio
     then uses a law the tokens were not drawn from. (Reusing them *with* the probabilities
     they were drawn with would be exact: any proposal mechanism is, if the ratio uses its
-    true conditional law. ``specdec.flaws`` calls that cycle rule ``STALE_ORIGINAL_Q``; this
+    true conditional law. ``specdec.stateful`` calls that cycle rule ``STALE_ORIGINAL_Q``; this
     bug is its ``STALE_PROPOSALS``.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
@@ -315,7 +315,7 @@ class NoRollback:
     appended; this sampler forgets to, so every later target law is conditioned on a
     context with rejected tokens in it (the wrong last tokens and the wrong position).
     The draft's cache is rolled back correctly, and the emitted text looks right; its law
-    is not. (``specdec.flaws.NO_ROLLBACK`` forgets both caches.)
+    is not. (``specdec.stateful.NO_ROLLBACK`` forgets both caches.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
     proposed)``; ``reset()`` empties the cache (the kit calls it before every decode).
@@ -419,9 +419,9 @@ class GalleryEntry:
         law = self.exact(case)
         if self.kind == "token":
             return laws.tv_distance(law, case.p)
-        from specdec import block, models
+        from specdec import models
 
-        return block.law_tv(law, models.sequence_law(case.target, case.prefix, case.length))
+        return laws.law_tv(law, models.sequence_law(case.target, case.prefix, case.length))
 
 
 def _block_library():
@@ -456,10 +456,8 @@ def _exact_untempered(case) -> np.ndarray:
 
 
 def _exact_stale(case) -> dict:
-    from specdec import block
-
-    return block.block_sequence_law(case.target, case.draft, case.prefix, case.gamma, case.length,
-                                    flaws.STALE_PROPOSALS)
+    return stateful.block_sequence_law(case.target, case.draft, case.prefix, case.gamma, case.length,
+                                       stateful.STALE_PROPOSALS)
 
 
 def _exact_target(case):
@@ -498,9 +496,9 @@ BUGS: tuple[GalleryEntry, ...] = (
                  "token", _exact_untempered),
     GalleryEntry("drop_rejected", 5, "recovery: p without the rejected token",
                  lambda: drop_rejected, "token",
-                 lambda case: token.output_law(case.p, case.q, flaws.DROP_REJECTED)),
+                 lambda case: token.output_law(case.p, case.q, tokenrule.DROP_REJECTED)),
     GalleryEntry("shared_uniform", 6, "one uniform for test and residual", lambda: shared_uniform,
-                 "token", lambda case: token.output_law(case.p, case.q, flaws.SHARED_UNIFORM)),
+                 "token", lambda case: token.output_law(case.p, case.q, tokenrule.SHARED_UNIFORM)),
     GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposals, "block",
                  _exact_stale),
     GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollback, "block"),

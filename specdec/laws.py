@@ -34,6 +34,8 @@ __all__ = [
     "softmax",
     "sampling_law",
     "sampling_laws",
+    "align_laws",
+    "law_tv",
 ]
 
 #: Default absolute tolerance on ``sum(p) == 1``.
@@ -513,3 +515,34 @@ def sampling_laws(logits, *, temperature: float = 1.0, top_k: int | None = None,
     out = np.exp(z - z.max(axis=1, keepdims=True))
     out /= out.sum(axis=1, keepdims=True)
     return out
+
+
+# ------------------------------------------------------------------- sequence laws
+
+
+def align_laws(*laws: dict) -> tuple[list[tuple], list[np.ndarray]]:
+    """Put several sequence laws on a common, sorted list of keys.
+
+    Returns
+    -------
+    keys : list of tuple
+        Union of the keys, sorted by (length, tokens).
+    arrays : list of numpy.ndarray, each of shape (len(keys),)
+        Probabilities of each law on ``keys`` (0 where absent).
+    """
+    keys = sorted(set().union(*[set(l) for l in laws]), key=lambda k: (len(k), k))
+    return keys, [np.array([l.get(k, 0.0) for k in keys]) for l in laws]
+
+
+def law_tv(a: dict, b: dict) -> float:
+    """Total variation distance between two sequence laws (dicts).
+
+    Uses :func:`specdec.laws.tv_distance` on the aligned vectors (which validates them).
+
+    Examples
+    --------
+    >>> law_tv({(0,): 0.5, (1,): 0.5}, {(0,): 1.0})
+    0.5
+    """
+    _, (x, y) = align_laws(a, b)
+    return tv_distance(x, y)

@@ -24,8 +24,8 @@ not.
 
 The rule is an object, :data:`MATCHING` (:class:`Matching`); its hooks
 (:meth:`Matching.mismatch_law` and :meth:`Matching.at_mismatch`: the token emitted at the
-first mismatch) are what a flaw overrides, one object in :mod:`specdec.flaws`
-(:data:`specdec.flaws.RESAMPLE_ON_MISMATCH`: a fresh target draw at the mismatch instead
+first mismatch) are what a flaw overrides, one object in this module
+(:data:`RESAMPLE_ON_MISMATCH`: a fresh target draw at the mismatch instead
 of the sample that caused it). Used in Chapter 5 and Appendix A4.
 
 References
@@ -55,6 +55,9 @@ __all__ = [
     "accepted_token_law",
     "Matching",
     "MATCHING",
+    "ResampleOnMismatch",
+    "RESAMPLE_ON_MISMATCH",
+    "MATCHING_FLAWS",
     "MatchingRun",
     "generate",
     "target_only",
@@ -144,7 +147,7 @@ class Matching(cycles.ChainRule):
     Examples
     --------
     >>> from specdec.models import toy_pair, sequence_law as target_law
-    >>> from specdec.block import law_tv
+    >>> from specdec.laws import law_tv
     >>> p, q = toy_pair(closeness=0.0)
     >>> round(law_tv(MATCHING.sequence_law(p, q, (), 2, 3, greedy=True), target_law(p, (), 3)), 12)
     0.0
@@ -185,6 +188,32 @@ class Matching(cycles.ChainRule):
 
 #: The matching rule.
 MATCHING = Matching()
+
+
+@dataclass(frozen=True, repr=False)
+class ResampleOnMismatch(Matching):
+    """The matching rule emitting a *fresh* target draw at the mismatch instead of the sample that caused it.
+
+    The mismatching sample ``y_i`` is a draw from ``p_i`` conditioned on ``y_i != x_i``; a
+    fresh draw is not, so the emitted law per position is ``q p + (1 - sum q p) p``, not
+    ``p``: the draft token gets a second chance. No shipped instance was found; it is the
+    mistake one step away from the exact rule (Hugging Face transformers' assisted
+    generation keeps the target's own sample, PR huggingface/transformers#27979).
+    """
+
+    name: ClassVar[str] = "resample_on_mismatch"
+    exact: ClassVar[bool] = False
+
+    def mismatch_law(self, p, x):
+        return list(p)
+
+    def at_mismatch(self, y, p, rng):
+        return int(draw(p, rng.random()))
+
+
+RESAMPLE_ON_MISMATCH = ResampleOnMismatch()
+#: Flaws of the matching rule.
+MATCHING_FLAWS: tuple[Matching, ...] = (RESAMPLE_ON_MISMATCH,)
 
 
 @dataclass(frozen=True)

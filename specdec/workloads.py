@@ -53,7 +53,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .block import accepted_prefix_length
+from .accounting import accepted_prefix_length
 from .laws import LawError, check_int, check_law
 from .verify import check_rng
 
@@ -647,7 +647,7 @@ def simulate_outcomes(workload, gamma: int, n: int, rng: np.random.Generator) ->
     -------
     numpy.ndarray of bool, shape (n, gamma)
         Outcomes in draft order (outcomes after the first rejection are drawn too, but a
-        real cycle discards them; see :func:`specdec.block.accepted_prefix_length`). A
+        real cycle discards them; see :func:`specdec.accounting.accepted_prefix_length`). A
         carried-regime workload starts each cycle from its long-run start law.
     """
     _check_workload(workload)

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from specdec import block, conformance as C, flaws, gallery as G, laws, models, stats, token, verify
+from specdec import block, conformance as C, gallery as G, laws, models, stateful, stats, token, tokenrule, verify
 from specdec.laws import LawError
 
 SEED = 20260925
@@ -81,8 +81,8 @@ def test_token_cases_cover_the_edge_cases():
     # shows there (it does not on the article's example, whose residual is one token)
     c = cases["spread_residual"]
     assert (token.residual(c.p, c.q) > 0).sum() >= 3
-    assert laws.tv_distance(token.output_law(c.p, c.q, flaws.SHARED_UNIFORM), c.p) > 0.1
-    assert laws.tv_distance(token.output_law(art.p, art.q, flaws.SHARED_UNIFORM), art.p) < 1e-12
+    assert laws.tv_distance(token.output_law(c.p, c.q, tokenrule.SHARED_UNIFORM), c.p) > 0.1
+    assert laws.tv_distance(token.output_law(art.p, art.q, tokenrule.SHARED_UNIFORM), art.p) < 1e-12
     # large vocabulary: thousands of tokens, the same processing applied to both models
     big = cases["large_vocab"]
     assert big.vocab_size >= 4096 and 1000 < (big.p > 0).sum() <= 3000
@@ -300,7 +300,7 @@ def test_token_bugs_are_caught(entry):
 def test_tv_found_brackets_the_exact_tv():
     """Unpooled cases: the TV interval covers the exact TV of the bug's output law."""
     case = C.token_cases()[0]
-    for sampler, rule in ((G.drop_rejected, flaws.DROP_REJECTED), (G.always_accept, None)):
+    for sampler, rule in ((G.drop_rejected, tokenrule.DROP_REJECTED), (G.always_accept, None)):
         exact = token.output_law(case.p, case.q, rule) if rule else case.q
         r = C.run_battery(sampler, cases=["article"], trials=10_000, seed=SEED)
         law = r.cases[0].law
@@ -321,8 +321,8 @@ def test_block_bugs_are_caught(entry):
 def test_stale_proposals_matches_the_library_exact_law():
     """The gallery's bug 7 is specdec.block's "stale_proposals": same exact law."""
     case = {c.name: c for c in C.block_cases()}["block_g4"]
-    wrong = block.block_sequence_law(case.target, case.draft, (), 4, 4, flaws.STALE_PROPOSALS)
-    exact_tv = block.law_tv(wrong, models.sequence_law(case.target, (), 4))
+    wrong = stateful.block_sequence_law(case.target, case.draft, (), 4, 4, stateful.STALE_PROPOSALS)
+    exact_tv = laws.law_tv(wrong, models.sequence_law(case.target, (), 4))
     r = C.run_battery(G.StaleProposals(), cases=["block_g4"], trials=4_000, seed=SEED)
     law = r.cases[0].law
     assert law.tv_low <= exact_tv and law.tv <= exact_tv + 0.05
@@ -490,6 +490,13 @@ def test_cli_exit_codes(capsys):
     assert "large_vocab" in capsys.readouterr().out
     assert C.main(["specdec.gallery:NoRollback", "--trials", "200", "--cases", "block_g1"]) == 1
     assert "block sampler" in capsys.readouterr().out
+    # --rule names the rule whose accepted-count law the counts follow (the old spelling too)
+    for flag, name in (("--rule", "block"), ("--accepted-law", "block"), ("--rule", "token")):
+        assert C.main(["specdec.gallery:NoRollback", "--trials", "200", "--cases", "block_g1",
+                       flag, name]) == 1
+        out = capsys.readouterr().out
+        words = "block verification" if name == "block" else "token-by-token verification"
+        assert f"accepted counts checked against the accepted-count law of {words} (declared)" in out
 
 
 def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
@@ -511,6 +518,9 @@ def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
             ([ok, "--trials", "1000", "--plan"], ["--plan"]),
             ([ok, "--measure", "--plan"], ["--measure"]),
             (["specdec.gallery:NoRollback", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
+            (["specdec.gallery:NoRollback", "--rule", "bogus"], ["--rule", "block", "token_residual"]),
+            (["specdec.gallery:NoRollback", "--rule", "block", "--accepted-law", "block"],
+             ["--rule: give the rule or --accepted-law, not both"]),
             (["specdec.gallery:NoRollback", "--accepted-law", "specdec.gallery:nosuch"],
              ["--accepted-law:", "has no attribute"]),
             (["specdec.gallery:NoRollback", "--accepted-law", "json:dumps"],
@@ -628,13 +638,11 @@ def test_accepted_eos_counted_or_not_both_pass():
 
 
 def test_first_cycle_joint_law_sums_to_the_library_count_law():
-    from specdec.conformance.runner import first_cycle_accepted_law
-
     for case in C.block_cases():
-        joint = first_cycle_accepted_law(case.target, case.draft, case.prefix, case.gamma)
-        np.testing.assert_allclose(joint.sum(axis=1), block.accepted_count_law(
+        joint = tokenrule.TOKEN.first_cycle_accepted_law(case.target, case.draft, case.prefix, case.gamma)
+        np.testing.assert_allclose(joint.sum(axis=1), stateful.cycle_accepted_law(
             case.target, case.draft, case.prefix, case.gamma), atol=1e-12)
-        e_law = block.cycle_length_law(case.target, case.draft, case.prefix, case.gamma)
+        e_law = stateful.cycle_length_law(case.target, case.draft, case.prefix, case.gamma)
         exact_e = float(np.arange(case.gamma + 1) @ joint.sum(axis=1)) + 1 - joint[:, 1].sum()
         assert math.isclose(exact_e, float(np.arange(e_law.size) @ e_law), rel_tol=1e-12)
         assert (joint[:, 1].sum() > 0) == (case.target.eos is not None)

@@ -65,7 +65,7 @@ Accounting
     ``n_accepted = len(emitted) - 1`` (``= len(emitted)`` when the cycle ends at an
     accepted end-of-sequence) and ``0 <= n_accepted <= n_proposed <= gamma``, in every
     cycle; and the accepted count of the first cycle of each decode must follow its
-    exact law (:func:`specdec.block.accepted_count_law`). Accepts after the first
+    exact law (:func:`specdec.stateful.cycle_accepted_law`). Accepts after the first
     rejection must not be counted: ``[accept, reject, accept, accept]`` counts 1.
     That law is token-by-token verification's; a block sampler that verifies otherwise
     (block verification, a draft tree, the matching rule) names the accepted-count law of

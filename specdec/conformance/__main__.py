@@ -42,9 +42,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="where the sampler's proposals come from (default: detected)")
     ap.add_argument("--accepted-eos", choices=(AUTO, COUNTED, NOT_COUNTED), default=None,
                     help="whether an accepted end-of-sequence is reported as accepted")
+    ap.add_argument("--rule", default=None, metavar="NAME",
+                    help="block samplers: the verification rule the sampler implements, whose "
+                         "accepted-count law its counts must follow (a name of specdec.rules: "
+                         + ", ".join(ACCEPTED_LAWS) + ")")
     ap.add_argument("--accepted-law", default=None,
-                    help="block samplers: the accepted-count law of the rule ("
-                         + ", ".join(ACCEPTED_LAWS) + ", or package.module:function)")
+                    help="block samplers: as --rule NAME, or package.module:function, a law of "
+                         "the toy models")
     ap.add_argument("--measure", action="store_true",
                     help="measure the loss (TV and KL with intervals) instead of testing")
     ap.add_argument("--seed", type=int, default=0)
@@ -84,7 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   inputs=args.inputs, cases=cases, seed=args.seed, trials=args.trials)
             print(report.to_markdown())
             return 0
-        law = args.accepted_law
+        if args.rule is not None and args.accepted_law is not None:
+            raise ValueError("--rule: give the rule or --accepted-law, not both")
+        if args.rule is not None and args.rule not in ACCEPTED_LAWS:
+            raise ValueError(f"--rule: one of {', '.join(ACCEPTED_LAWS)} (got {args.rule!r})")
+        law = args.rule if args.rule is not None else args.accepted_law
         if law is not None and law not in ACCEPTED_LAWS:
             if ":" not in law:
                 raise ValueError(f"--accepted-law: one of {', '.join(ACCEPTED_LAWS)} or "

@@ -11,6 +11,8 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from specdec import rules as _rules
+
 __all__ = ["TOKEN", "BLOCK", "BATCH", "batch_sampler", "LAWS", "LOGITS", "AUTO", "FROM_Q", "OWN", "COUNTED", "NOT_COUNTED",
            "SamplerSpec", "token_sampler", "block_sampler",
            "describe_sampler", "load_sampler", "ACCEPTED_LAWS"]
@@ -30,8 +32,11 @@ COUNTED = "counted"
 NOT_COUNTED = "not_counted"
 
 #: Verification rules whose accepted-count law a block sampler can name (see
-#: :class:`SamplerSpec`): token by token (the default), block verification, the matching rule.
-ACCEPTED_LAWS = ("token", "block", "matching")
+#: :class:`SamplerSpec`): every chain rule of the registry :data:`specdec.rules.RULES`, exact
+#: or flawed (``"correct"`` is token by token, the default; ``"token"`` is its earlier name).
+ACCEPTED_LAWS: tuple[str, ...] = tuple(
+    sorted(name for name, rule in _rules.RULES.items()
+           if not rule.tree and getattr(rule, "proposes", True))) + tuple(_rules.ALIASES)
 
 #: Largest number of steps requested from a vectorised sampler in one call.
 CHUNK = 1 << 18
@@ -228,7 +233,7 @@ def _check_accepted_law(law):
     if isinstance(law, str):
         _check_choice(law, "accepted_law", ACCEPTED_LAWS)
     elif law is not None and not callable(law):
-        raise TypeError(f"accepted_law: must be one of {', '.join(map(repr, ACCEPTED_LAWS))} or a "
+        raise TypeError(f"accepted_law: must be a rule's name (specdec.rules.RULES, e.g. 'block') or a "
                         f"callable law(target, draft, prefix, gamma) (got {law!r})")
     elif law is not None:
         try:

@@ -57,12 +57,12 @@ def check_laws(case) -> list[np.ndarray]:
         m = np.minimum(case.p, case.q)
         return [case.p, np.concatenate([m, case.p - m])]
     if isinstance(case, BlockCase):
-        from specdec import block, models
+        from specdec import models, stateful
 
         seq = models.sequence_law(case.target, tuple(case.prefix), case.length)
         law = np.array(list(seq.values()))
-        return [law / law.sum(), block.accepted_count_law(case.target, case.draft,
-                                                          tuple(case.prefix), case.gamma)]
+        return [law / law.sum(), stateful.cycle_accepted_law(case.target, case.draft,
+                                                             tuple(case.prefix), case.gamma)]
     if isinstance(case, BatchCase):   # the summed test: every (request, position) cell
         cells = np.concatenate([law.ravel() for law in case.target_laws()])
         return [cells / cells.sum()]

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import laws, stats, verify
+from specdec import laws, rules, stats, verify
+from specdec import tokenrule
 
 from . import plan
 from .cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, rule_cases, token_cases
@@ -455,59 +456,6 @@ def _run_block_vectorised(sampler, case: BlockCase, rng, trials: int, clock: lis
     return rows, lens, cycles, violations, bad
 
 
-def first_cycle_accepted_law(target, draft, prefix, gamma: int) -> np.ndarray:
-    """Exact joint law of the first cycle's accepted count and its end at an accepted EOS.
-
-    Proposals are drawn one at a time from the draft, each accepted with probability
-    ``min(1, p(x) / q(x))`` (Leviathan et al. 2023, Algorithm 1); the cycle stops at the
-    first rejection, after ``gamma`` acceptances, or at an accepted end-of-sequence
-    proposal (no bonus token follows it).
-
-    Parameters
-    ----------
-    target, draft : specdec.models.ToyModel
-    prefix : tuple of int
-    gamma : int
-
-    Returns
-    -------
-    numpy.ndarray, shape (gamma + 1, 2)
-        ``[k, e]``: probability that ``k`` proposals are accepted and (``e = 1``) the
-        last of them is end-of-sequence. Summed over ``e`` it is
-        :func:`specdec.block.accepted_count_law`.
-    """
-    eos = target.eos
-    out = np.zeros((gamma + 1, 2))
-
-    def walk(ctx, k, mass):
-        if k == gamma:
-            out[k, 0] += mass
-            return
-        p, q = target.next_law(ctx), draft.next_law(ctx)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            a = np.where(q > 0, np.minimum(1.0, p / np.where(q > 0, q, 1.0)), 0.0)
-        out[k, 0] += mass * float(q @ (1.0 - a))            # the next proposal is rejected
-        for x in np.flatnonzero(q * a > 0):
-            m = mass * float(q[x] * a[x])
-            if eos is not None and x == eos:
-                out[k + 1, 1] += m
-            else:
-                walk(ctx + (int(x),), k + 1, m)
-
-    walk(tuple(prefix), 0, 1.0)
-    return out
-
-
-def _named_accepted_law(name: str):
-    """The first-cycle accepted-count law of a rule of :data:`ACCEPTED_LAWS`."""
-    if name == "token":
-        return first_cycle_accepted_law
-    from specdec import blockverify, matching
-
-    rule = {"block": blockverify.BLOCK, "matching": matching.MATCHING}[name]
-    return lambda target, draft, prefix, gamma: rule.first_cycle_accepted_law(target, draft, prefix, gamma)
-
-
 def accepted_law_of(spec: SamplerSpec, sampler):
     """The accepted-count law a block sampler's reported counts are checked against.
 
@@ -523,12 +471,12 @@ def accepted_law_of(spec: SamplerSpec, sampler):
         if callable(own):
             return own, (f"accepted counts checked against the accepted-count law of the "
                          f"sampler's rule ({sampler!r}: its first_cycle_accepted_law)")
-        return first_cycle_accepted_law, None
+        return tokenrule.TOKEN.first_cycle_accepted_law, None
     if isinstance(law, str):
-        names = {"token": "token-by-token verification", "block": "block verification",
-                 "matching": "the matching rule"}
-        return _named_accepted_law(law), (f"accepted counts checked against the accepted-count "
-                                          f"law of {names[law]} (declared)")
+        names = {"token": "token-by-token verification", "correct": "token-by-token verification",
+                 "block": "block verification", "matching": "the matching rule"}
+        return rules.accepted_law(law), (f"accepted counts checked against the accepted-count "
+                                         f"law of {names.get(law, f'the rule {law!r}')} (declared)")
     return law, ("accepted counts checked against the declared accepted-count law "
                  f"({getattr(law, '__qualname__', repr(law))})")
 
