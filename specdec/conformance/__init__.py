@@ -137,14 +137,16 @@ from __future__ import annotations
 
 from specdec.stats import Binning, detectable_tv, holm_adjust, pool_cells
 
-from .plan import DEFAULT_RESOLUTION, Plan, plan_battery
+from .pilot import plan_battery
+from .plan import DEFAULT_RESOLUTION, Plan
 from .cases import (BATCH_CASE_NAMES, BLOCK_CASE_NAMES, CASE_NAMES, RULE_CASE_NAMES, BatchCase, BlockCase,
                     TokenCase, batch_cases, block_cases, rule_cases, token_cases)
 from .conventions import (ACCEPTED_LAWS, SamplerSpec, batch_sampler, block_sampler, describe_sampler,
                           load_sampler, token_sampler)
 from .loss import CaseLoss, LossReport, measure_loss
 from .report import CaseResult, Check, CycleAccounting, Report
-from .runner import assert_conforms, run_battery, run_case
+from .checks import run_case
+from .runner import assert_conforms, run_battery
 
 __all__ = [
     "SamplerSpec",

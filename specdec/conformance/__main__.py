@@ -17,10 +17,11 @@ from typing import Sequence
 
 from .cases import batch_cases, block_cases, rule_cases, token_cases
 from .conventions import (ACCEPTED_LAWS, AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED,
-                          OWN, TOKEN, _check_accepted_law, describe_sampler, load_sampler)
+                          OWN, TOKEN, check_accepted_law, describe_sampler, load_sampler)
 from .loss import measure_loss
-from .plan import plan_battery
-from .runner import _resolve_cases, run_battery
+from .checks import resolve_cases
+from .pilot import plan_battery
+from .runner import run_battery
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  f"package.module:function (got {law!r})")
             law = load_sampler(law, "--accepted-law")
             try:
-                _check_accepted_law(law)
+                check_accepted_law(law)
             except TypeError as exc:
                 raise ValueError(f"--accepted-law: {str(exc).removeprefix('accepted_law: ')}") \
                     from None
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolution = None
         if trials is None:
             spec = describe_sampler(sampler, **conv)
-            case_list = _resolve_cases(spec.kind, cases)
+            case_list = resolve_cases(spec.kind, cases)
             the_plan = plan_battery(spec, sampler, case_list, resolution=args.resolution,
                                     budget=args.budget, false_alarm=args.false_alarm,
                                     power=args.power, seed=args.seed, pilot=True)

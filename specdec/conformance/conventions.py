@@ -15,7 +15,7 @@ from specdec import rules as _rules
 
 __all__ = ["TOKEN", "BLOCK", "BATCH", "batch_sampler", "LAWS", "LOGITS", "AUTO", "FROM_Q", "OWN", "COUNTED", "NOT_COUNTED",
            "SamplerSpec", "token_sampler", "block_sampler",
-           "describe_sampler", "load_sampler", "ACCEPTED_LAWS"]
+           "describe_sampler", "load_sampler", "ACCEPTED_LAWS", "check_accepted_law"]
 
 TOKEN = "token"
 BLOCK = "block"
@@ -201,7 +201,7 @@ def block_sampler(func: Callable | None = None, *, vectorised: bool = False, pro
     """
     _check_choice(proposals, "proposals", (AUTO, FROM_Q, OWN))
     _check_choice(accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED))
-    _check_accepted_law(accepted_law)
+    check_accepted_law(accepted_law)
     return _marker(func, BLOCK, vectorised, LAWS, proposals=proposals, accepted_eos=accepted_eos,
                    accepted_law=accepted_law)
 
@@ -228,7 +228,7 @@ def batch_sampler(func: Callable | None = None):
     return _marker(func, BATCH, True, LAWS)
 
 
-def _check_accepted_law(law):
+def check_accepted_law(law):
     """``law`` if it is None, a name of :data:`ACCEPTED_LAWS` or a callable; else an error naming it."""
     if isinstance(law, str):
         _check_choice(law, "accepted_law", ACCEPTED_LAWS)
@@ -345,7 +345,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
         spec = dataclasses.replace(spec, accepted_eos=_check_choice(
             accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED)))
     if accepted_law is not None:
-        _check_accepted_law(accepted_law)
+        check_accepted_law(accepted_law)
         if spec.kind != BLOCK:
             raise ValueError("accepted_law: applies to block samplers only")
         spec = dataclasses.replace(spec, accepted_law=accepted_law)

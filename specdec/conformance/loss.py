@@ -29,8 +29,8 @@ import numpy as np
 from specdec import laws, stats
 
 from .conventions import BATCH, BLOCK, SamplerSpec, describe_sampler
-from .runner import (_call_token, _case_rng, _resolve_cases, _run_block_scalar,
-                     _run_block_vectorised, _tally_tokens, sequence_counts)
+from .checks import case_rng, resolve_cases, sequence_counts
+from .drive import call_token, run_block_scalar, run_block_vectorised, tally_tokens
 
 __all__ = ["CaseLoss", "LossReport", "measure_loss", "DEFAULT_LOSS_TRIALS"]
 
@@ -121,11 +121,11 @@ def _counts(sampler, spec: SamplerSpec, case, rng, trials: int) -> tuple[np.ndar
     """Counts over the possible outcomes plus one last cell for the impossible ones, and the law."""
     clock = [0.0]
     if spec.kind == BLOCK:
-        run = _run_block_vectorised if spec.vectorised else _run_block_scalar
+        run = run_block_vectorised if spec.vectorised else run_block_scalar
         rows, lens = run(sampler, case, rng, trials, clock)[:2]
         law, counts, known = sequence_counts(case, rows, lens)
         return np.append(counts, int((~known).sum())), np.append(law / law.sum(), 0.0)
-    counts, _, _, n_bad = _tally_tokens(_call_token(sampler, spec, case, rng, trials, clock),
+    counts, _, _, n_bad = tally_tokens(call_token(sampler, spec, case, rng, trials, clock),
                                         case.vocab_size)
     return np.append(counts, n_bad), np.append(case.p, 0.0)
 
@@ -185,7 +185,7 @@ def measure_loss(sampler, *, kind: str | None = None, vectorised: bool | None = 
     seed = laws.check_int(seed, "seed", minimum=0)
     if not (isinstance(confidence, float) and 0.0 < confidence < 1.0):
         raise ValueError(f"confidence: must be a number in (0, 1) (got {confidence!r})")
-    case_list = _resolve_cases(spec.kind, cases)
+    case_list = resolve_cases(spec.kind, cases)
     if isinstance(trials, dict):
         unknown = set(trials) - {c.name for c in case_list}
         if unknown:
@@ -195,7 +195,7 @@ def measure_loss(sampler, *, kind: str | None = None, vectorised: bool | None = 
         n = trials.get(case.name, DEFAULT_LOSS_TRIALS) if isinstance(trials, dict) else \
             DEFAULT_LOSS_TRIALS if trials is None else trials
         n = laws.check_int(n, "trials")
-        rng = _case_rng(seed, case.name)
+        rng = case_rng(seed, case.name)
         try:
             counts, law = _counts(sampler, spec, case, rng, n)
         except Exception as exc:

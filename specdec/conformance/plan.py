@@ -17,7 +17,6 @@ samplers and 0.01 for samplers called once per step.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,45 +196,32 @@ class Plan:
                 f"detectable TV <= {max(self.tv_detectable):.2g} on every case")
 
 
-def _pilot(sampler, spec, case, seed: int, n: int) -> float:
-    """Seconds per trial of one case (kit included), from a short run.
-
-    Starts at ``min(n, 10)`` trials and grows tenfold until a run takes 0.2 s or reaches
-    ``n`` trials, so a slow sampler costs a fraction of a second to measure.
-    """
-    from .runner import run_case
-
-    k = min(n, 10)
-    while True:
-        t0 = time.perf_counter()
-        run_case(sampler, case, spec=spec, seed=seed, trials=k)
-        seconds = time.perf_counter() - t0
-        if seconds >= 0.2 or k >= n:
-            return seconds / k
-        k = min(n, k * 10)
+def pilot_trials(spec: SamplerSpec) -> int:
+    """Most trials a pilot runs per case to measure the time per trial of ``spec``'s sampler."""
+    return 20_000 if spec.vectorised else (25 if spec.kind == BLOCK else 100)
 
 
-def plan_battery(spec: SamplerSpec, sampler, case_list, *, resolution: float | None = None,
-                 budget: float | None = None, false_alarm: float = 1e-3, power: float = 0.9,
-                 min_expected: float = 10.0, seed: int = 0, pilot: bool | None = None) -> Plan:
+def plan_trials(spec: SamplerSpec, case_list, *, cost=None, resolution: float | None = None,
+                budget: float | None = None, false_alarm: float = 1e-3, power: float = 0.9,
+                min_expected: float = 10.0) -> Plan:
     """Trials per case for a resolution, or the best resolution a time budget buys.
+
+    Arithmetic only: the seconds per trial of each case come from a pilot that measured
+    them (:func:`specdec.conformance.pilot.plan_battery`).
 
     Parameters
     ----------
     spec : SamplerSpec
-    sampler : callable
     case_list : sequence of TokenCase or BlockCase
+    cost : sequence of float, optional
+        Seconds per trial of each case (required with ``budget``).
     resolution : float, optional
         Detectable TV wanted on every case; default :data:`DEFAULT_RESOLUTION`.
     budget : float, optional
         Seconds for the whole battery; then the trials are allocated so that every case
-        reaches the same detectable TV, the smallest the budget allows (from a pilot).
+        reaches the same detectable TV, the smallest the budget allows.
     false_alarm, power, min_expected : float
         As for :func:`specdec.conformance.run_battery`.
-    seed : int
-        Seed of the pilot runs.
-    pilot : bool, optional
-        Measure the time per trial (default: only when ``budget`` is given).
 
     Returns
     -------
@@ -244,17 +230,15 @@ def plan_battery(spec: SamplerSpec, sampler, case_list, *, resolution: float | N
     Raises
     ------
     ValueError
-        ``resolution`` outside (0, 1) or ``budget <= 0``.
+        ``resolution`` outside (0, 1), ``budget <= 0``, or ``budget`` without ``cost``.
     """
     key = convention_key(spec)
     level = false_alarm / (2 * len(case_list))
     laws_ = [check_laws(c) for c in case_list]
     cap = MAX_TRIALS[key]
-    do_pilot = budget is not None if pilot is None else pilot
-    cost = None
-    if do_pilot:
-        n_pilot = 20_000 if spec.vectorised else (25 if spec.kind == BLOCK else 100)
-        cost = tuple(_pilot(sampler, spec, c, seed, n_pilot) for c in case_list)
+    cost = None if cost is None else tuple(float(c) for c in cost)
+    if budget is not None and cost is None:
+        raise ValueError("cost: a budget needs the seconds per trial of each case (a pilot)")
     if budget is not None:
         if not (budget > 0):
             raise ValueError(f"budget: must be a number of seconds > 0 (got {budget!r})")
