@@ -50,8 +50,7 @@ import numpy as np
 
 from .laws import check_int
 from .stateful import CORRECT_CYCLE, CycleRule, check_cycle_rule
-from .cycles import check_models
-from .models import ToyModel, check_prefix
+from .models import ToyModel, check_models, check_prefix
 from .verify import check_rng, draw, verify
 
 __all__ = [

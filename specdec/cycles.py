@@ -51,7 +51,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from .laws import LawError, check_int, check_law
-from .models import ToyModel, check_prefix
+from .models import ToyModel, check_models, check_prefix
 from .verify import check_rng, draw
 
 __all__ = [
@@ -70,11 +70,9 @@ __all__ = [
     "accepted_count_law",
     "emitted_count_law",
     "mean_accepted",
-    "check_models",
     "tempered",
     "draw_weights",
     "path_accepted_law",
-    "real_paths",
     "draft_chain",
     "full_acceptance",
     "sample_full_acceptance",
@@ -85,25 +83,6 @@ __all__ = [
 
 #: ``(probability, emitted tokens, number of accepted drafted tokens)``.
 Outcome = tuple
-
-
-def check_models(target, draft) -> None:
-    """Both are :class:`~specdec.models.ToyModel` with the same vocabulary and EOS id.
-
-    Raises
-    ------
-    TypeError
-        A model is not a ToyModel.
-    ValueError
-        Vocabulary sizes or EOS ids differ.
-    """
-    for nm, m in (("target", target), ("draft", draft)):
-        if not isinstance(m, ToyModel):
-            raise TypeError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
-    if draft.eos != target.eos:
-        raise ValueError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
 
 
 def tempered(model: ToyModel, temperature: float, *, name: str | None = None) -> ToyModel:
@@ -540,65 +519,6 @@ def path_accepted_law(path: DraftPath, verify: Callable) -> list:
     out = [0.0] * (len(path.tokens) + 1)
     for w, _, n in verify(path):
         out[n] += w
-    return out
-
-
-def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greedy: bool = False) -> list[DraftPath]:
-    """Draft paths of the book's real models (:mod:`specdec.nn`) from given contexts.
-
-    For each context the draft proposes ``gamma`` tokens (sampled from its law under
-    ``settings``, or greedy), and one target pass scores the ``gamma + 1`` positions. The
-    returned paths carry the laws each verifier needs, so the accepted-count law of any
-    chain rule given the path is exact (:func:`path_accepted_law`); averaging over paths
-    estimates the rule's accepted tokens per cycle on the real models, with the same
-    drafts for every rule.
-
-    Parameters
-    ----------
-    target, draft : specdec.nn.Transformer
-        Same vocabulary.
-    contexts : sequence of sequence of int
-        Confirmed contexts (prompt and text), one path each, all of the same length
-        (the models run on them as one batch).
-    gamma : int
-        Draft length.
-    rng : numpy.random.Generator or int
-    settings : specdec.decode.SamplingSettings, optional
-        Applied to both models' logits (default: temperature 1).
-    greedy : bool
-        Greedy draft (its law is then a point mass).
-
-    Returns
-    -------
-    list of DraftPath
-        ``prob`` is 1 for each (the paths are samples, not an enumeration).
-    """
-    from .decode import SamplingSettings
-
-    settings = settings or SamplingSettings()
-    gamma = check_int(gamma, "gamma", minimum=1)
-    rng = check_rng(rng)
-    seq = np.array([[int(t) for t in c] for c in contexts], dtype=np.int64)
-    if seq.ndim != 2 or seq.shape[0] == 0 or seq.shape[1] == 0:
-        raise ValueError("contexts: must be a non-empty list of non-empty contexts of one length")
-    n, c0 = seq.shape
-    qs = []
-    for _ in range(gamma):                       # one batched draft pass per position
-        q = settings.laws(draft.forward(seq)[:, -1])
-        if greedy:
-            x = np.argmax(q, axis=1)
-            q = np.zeros_like(q)
-            q[np.arange(n), x] = 1.0
-        else:
-            x = np.asarray(draw(q, rng.random(n)), dtype=np.int64)
-        qs.append(q)
-        seq = np.concatenate([seq, x[:, None]], axis=1)
-    logits = target.forward(seq)[:, c0 - 1:]     # one target pass: gamma + 1 positions
-    out = []
-    for i in range(n):
-        ps = settings.laws(logits[i])
-        out.append(DraftPath(tuple(int(t) for t in seq[i, c0:]), 1.0,
-                             tuple(row.tolist() for row in ps), tuple(q[i].tolist() for q in qs)))
     return out
 
 

@@ -46,7 +46,7 @@ import numpy as np
 from . import cycles
 from .verify import check_rng, draw
 from .laws import LawError, check_int, check_pair
-from .models import ToyModel, check_prefix
+from .models import ToyModel, check_models, check_prefix
 
 __all__ = [
     "ISSUES",
@@ -292,7 +292,7 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     >>> generate(p, q, (), 3, 8, 5, 1).tokens == target_only(p, (), 8, 5)
     True
     """
-    cycles.check_models(target, draft)
+    check_models(target, draft)
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)

@@ -31,9 +31,9 @@ from typing import ClassVar
 import numpy as np
 
 from . import token as _token
-from .cycles import canonical_context, check_models, cycle_state_law
+from .cycles import canonical_context, cycle_state_law
 from .laws import check_int
-from .models import ToyModel, check_prefix
+from .models import ToyModel, check_models, check_prefix
 
 __all__ = [
     "CycleRule", "CORRECT_CYCLE", "STALE_PROPOSALS", "NO_ROLLBACK", "BONUS_WRONG_POSITION",

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from specdec import block, conformance as C, gallery as G, laws, models, stateful, stats, token, tokenrule, verify
+from specdec import block, conformance as C, gallery as G, kitstats, laws, models, stateful, stats, token, tokenrule, verify
 from specdec.laws import LawError
 
 SEED = 20260925
@@ -153,12 +153,12 @@ def test_large_vocab_is_pooled_into_adequate_bins():
     big = C.token_cases()[-1]
     r = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=200_000, seed=SEED)
     law = r.cases[0].law
-    assert law.pooled_cells > 0 and 100 < law.bins <= stats.bins_for_trials(200_000)
+    assert law.pooled_cells > 0 and 100 < law.bins <= kitstats.bins_for_trials(200_000)
     # at 20,000 trials, most cells expect fewer than 5 counts: a chi-square over them
     # would be invalid; the bins all expect at least 20,000 / bins_for_trials(20,000)
     assert (20_000 * big.p[big.p > 0] < 5).mean() > 0.5
-    b = C.pool_cells(big.p, 20_000, max_bins=stats.bins_for_trials(20_000))
-    assert (20_000 * b.law >= 20_000 / stats.bins_for_trials(20_000)).all()
+    b = C.pool_cells(big.p, 20_000, max_bins=kitstats.bins_for_trials(20_000))
+    assert (20_000 * b.law >= 20_000 / kitstats.bins_for_trials(20_000)).all()
     r = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=20_000, seed=SEED)
     assert r.passed and r.cases[0].law.bins == b.n_bins
 
@@ -170,7 +170,7 @@ def test_chi_square_pooling_is_calibrated_on_the_large_vocabulary():
     pvals = []
     for _ in range(400):
         counts = g.multinomial(20_000, big.p)
-        chk = stats.pooled_chisquare(counts, big.p, max_bins=stats.bins_for_trials(20_000))
+        chk = kitstats.pooled_chisquare(counts, big.p, max_bins=kitstats.bins_for_trials(20_000))
         pvals.append(chk.pvalue)
     pvals = np.array(pvals)
     assert sps.kstest(pvals, "uniform").pvalue > 1e-3
@@ -557,7 +557,7 @@ def test_cli_as_a_module():
 
 def _binned_tv(exact, case, trials) -> float:
     """Exact TV between a law and the target, on the bins the kit uses for ``trials``."""
-    b = C.pool_cells(case.p, trials, max_bins=stats.bins_for_trials(trials))
+    b = C.pool_cells(case.p, trials, max_bins=kitstats.bins_for_trials(trials))
     ok = b.bin_of >= 0
     s = np.bincount(b.bin_of[ok], weights=exact[ok], minlength=b.n_bins)
     return 0.5 * (np.abs(s - b.law).sum() + exact[~ok].sum())
@@ -690,7 +690,7 @@ def test_report_names_the_failing_check_and_its_cause():
 
 def test_bins_and_resolution_grow_with_the_trials():
     big = {c.name: c for c in C.token_cases()}["large_vocab"]
-    bins = [C.pool_cells(big.p, n, max_bins=stats.bins_for_trials(n)).n_bins
+    bins = [C.pool_cells(big.p, n, max_bins=kitstats.bins_for_trials(n)).n_bins
             for n in (20_000, 200_000, 2_000_000)]
     assert bins[0] < bins[1] < bins[2]
     small = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=50_000, seed=SEED)

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec import blockverify as bv
-from specdec import conformance, cycles, lossy, matching, multidraft as md, rules, stats, tokenrule
+from specdec import conformance, cycles, lossy, matching, multidraft as md, kitstats, rules, stats, tokenrule
 from specdec.stateful import cycle_accepted_law as token_accepted_law
 from specdec.laws import law_tv
 from specdec.laws import LawError
@@ -349,7 +349,7 @@ def test_first_cycle_accepted_law_is_the_accepted_count_law():
                                    atol=1e-12)
         assert joint[:, 1].sum() > 0                     # the toy pair has EOS: some cycles end there
     # the token rule's joint law is the law the kit checks a block sampler against by default
-    assert conformance.runner.accepted_law_of(conformance.describe_sampler(lambda t, d, x, g, r: None),
+    assert conformance.checks.accepted_law_of(conformance.describe_sampler(lambda t, d, x, g, r: None),
                                               None)[0] == tokenrule.TOKEN.first_cycle_accepted_law
 
 
@@ -382,18 +382,18 @@ def _trials_to_catch(law_of_flaw: dict, case, level: float, power: float) -> int
     p, pi = [ref[k] for k in keys], [law_of_flaw.get(k, 0.0) for k in keys]
     assert abs(sum(pi) - 1.0) < 1e-9           # on this case no flaw emits an impossible sequence
     for n in (2_000 * 2 ** j for j in range(6)):
-        if stats.chisquare_power(p, pi, n, level) >= power:
+        if kitstats.chisquare_power(p, pi, n, level) >= power:
             return n
     raise AssertionError("flaw too small for this case")
 
 
 def test_chisquare_power():
     law = [0.5, 0.3, 0.2]
-    assert stats.chisquare_power(law, law, 5_000, 1e-3) == pytest.approx(1e-3, rel=1e-6)
-    assert stats.chisquare_power(law, [0.5, 0.2, 0.3], 5_000, 1e-3) > 0.999
-    assert stats.chisquare_power(law + [0.0], [0.5, 0.3, 0.1, 0.1], 100, 1e-3) > 0.99   # impossible outcome
+    assert kitstats.chisquare_power(law, law, 5_000, 1e-3) == pytest.approx(1e-3, rel=1e-6)
+    assert kitstats.chisquare_power(law, [0.5, 0.2, 0.3], 5_000, 1e-3) > 0.999
+    assert kitstats.chisquare_power(law + [0.0], [0.5, 0.3, 0.1, 0.1], 100, 1e-3) > 0.99   # impossible outcome
     with pytest.raises(LawError, match="alternative"):
-        stats.chisquare_power(law, [0.5, 0.5], 100, 1e-3)
+        kitstats.chisquare_power(law, [0.5, 0.5], 100, 1e-3)
 
 
 def test_rule_case_shows_every_flaw():

@@ -135,7 +135,7 @@ False
 
 from __future__ import annotations
 
-from specdec.stats import Binning, detectable_tv, holm_adjust, pool_cells
+from specdec.kitstats import Binning, detectable_tv, holm_adjust, pool_cells
 
 from .pilot import plan_battery
 from .plan import DEFAULT_RESOLUTION, Plan

@@ -16,7 +16,7 @@ import zlib
 
 import numpy as np
 
-from specdec import laws, rules, stats, tokenrule, verify
+from specdec import kitstats, laws, rules, stats, tokenrule, verify
 
 from . import plan
 from .cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, rule_cases, token_cases
@@ -37,8 +37,8 @@ def gof_check(name: str, counts: np.ndarray, law: np.ndarray, *, min_expected: f
     counts = np.asarray(counts, dtype=np.int64)
     n = int(counts.sum())
     if max_bins is None:                       # the number of bins grows with the trials
-        max_bins = stats.bins_for_trials(max(n, 1))
-    res = stats.pooled_chisquare(counts, law, min_expected=min_expected, max_bins=max_bins)
+        max_bins = kitstats.bins_for_trials(max(n, 1))
+    res = kitstats.pooled_chisquare(counts, law, min_expected=min_expected, max_bins=max_bins)
     binning, binned, impossible = res.binning, res.binned, res.impossible
     dof, stat, pvalue, lam1 = res.dof, res.statistic, res.pvalue, res.noncentrality
     if n > 0:

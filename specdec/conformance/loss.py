@@ -5,7 +5,7 @@ fails it, and that is all it says. :func:`measure_loss` runs the same cases thro
 same calling conventions and *measures* the distance instead: for each case, the TV
 distance between the sampler's law and the exact law, with an interval valid for every
 number of trials (:func:`specdec.stats.tv_ci`, Weissman et al.'s bound), and the plug-in
-KL divergence with a multinomial bootstrap interval (:func:`specdec.stats.kl_ci`). The
+KL divergence with a multinomial bootstrap interval (:func:`specdec.kitstats.kl_ci`). The
 outcomes are whole decoded sequences of ``length`` tokens for a block sampler and tokens
 for a token sampler; outcomes the target never produces form one cell of exact
 probability 0 (they make the KL infinite). Used in Appendix A4 on the lossy acceptance
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import laws, stats
+from specdec import kitstats, laws, stats
 
 from .conventions import BATCH, BLOCK, SamplerSpec, describe_sampler
 from .checks import case_rng, resolve_cases, sequence_counts
@@ -49,7 +49,7 @@ class CaseLoss:
         Outcomes counted (decodes, or token steps).
     tv : specdec.stats.TvInterval
         TV between the sampler's law and the exact law, with its interval.
-    kl : specdec.stats.KlInterval
+    kl : specdec.kitstats.KlInterval
         Plug-in ``KL(frequencies || exact law)`` in nats, with a bootstrap interval.
     impossible : int
         Outcomes of probability 0 under the target.
@@ -60,7 +60,7 @@ class CaseLoss:
     description: str
     trials: int
     tv: stats.TvInterval
-    kl: stats.KlInterval
+    kl: kitstats.KlInterval
     impossible: int
 
     def to_dict(self) -> dict:
@@ -202,6 +202,6 @@ def measure_loss(sampler, *, kind: str | None = None, vectorised: bool | None = 
             raise RuntimeError(f"sampler: case {case.name!r}: {type(exc).__name__}: {exc}") from exc
         out.append(CaseLoss(case.name, spec.kind, case.description, int(counts.sum()),
                             stats.tv_ci(counts, law, confidence),
-                            stats.kl_ci(counts, law, confidence, rng=rng, resamples=resamples),
+                            kitstats.kl_ci(counts, law, confidence, rng=rng, resamples=resamples),
                             int(counts[-1])))
     return LossReport(spec, seed, float(confidence), tuple(out), time.perf_counter() - t0)

@@ -3,9 +3,9 @@
 The kit's resolution is the **detectable TV** of a case: the smallest total-variation
 distance from the target law (on the case's bins) that its chi-square check catches with
 probability ``power`` at its Bonferroni level, whatever the direction of the deviation
-(:func:`specdec.stats.detectable_tv`). It shrinks like ``1 / sqrt(trials)``, and more
+(:func:`specdec.kitstats.detectable_tv`). It shrinks like ``1 / sqrt(trials)``, and more
 slowly than that as the number of bins grows with the trials (Mann and Wald's rule,
-:func:`specdec.stats.bins_for_trials`), because finer bins resolve more of the outcomes.
+:func:`specdec.kitstats.bins_for_trials`), because finer bins resolve more of the outcomes.
 
 This module turns a requested resolution into trials per case (:func:`trials_for_tv`),
 or a time budget into the resolution it can buy (:func:`plan_battery` with
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import stats
+from specdec import kitstats
 
 from .cases import BatchCase, BlockCase, TokenCase
 from .conventions import BATCH, BLOCK, SamplerSpec
@@ -69,13 +69,13 @@ def check_laws(case) -> list[np.ndarray]:
 
 
 def _dof(law: np.ndarray, trials: int, min_expected: float) -> int:
-    """Degrees of freedom of :func:`specdec.stats.pool_cells` at ``trials``, counted fast.
+    """Degrees of freedom of :func:`specdec.kitstats.pool_cells` at ``trials``, counted fast.
 
     Cells reaching the floor are bins of their own; the tail's greedy groups are counted
     as ``floor(tail expectation / floor)`` (each group holds at least the floor and, its
     cells being below the floor, less than twice it; planning needs no more precision).
     """
-    floor = max(min_expected, trials / stats.bins_for_trials(trials))
+    floor = max(min_expected, trials / kitstats.bins_for_trials(trials))
     expected = trials * np.asarray(law)[np.asarray(law) > 0]
     big = int((expected >= floor).sum())
     groups = int(expected[expected < floor].sum() // floor)
@@ -87,7 +87,7 @@ def _dof(law: np.ndarray, trials: int, min_expected: float) -> int:
 
 def detectable(laws_, trials: int, level: float, power: float, min_expected: float = 10.0) -> float:
     """Largest detectable TV over the checks of a case at ``trials`` trials."""
-    return max(stats.detectable_tv(trials, _dof(lw, trials, min_expected), level, power)
+    return max(kitstats.detectable_tv(trials, _dof(lw, trials, min_expected), level, power)
                for lw in laws_)
 
 
@@ -108,7 +108,7 @@ def trials_for_tv(laws_, tv: float, level: float, power: float, *, min_expected:
     level, power : float
         Level of one check (Bonferroni share of the false-alarm budget) and power.
     min_expected : float
-        Binning floor (:func:`specdec.stats.pool_cells`).
+        Binning floor (:func:`specdec.kitstats.pool_cells`).
     max_trials : int
         Cap.
 
@@ -134,11 +134,11 @@ def trials_for_tv(laws_, tv: float, level: float, power: float, *, min_expected:
             n = math.ceil(math.log1p(-power) / math.log1p(-tv))   # impossible outcomes only
             out = max(out, min(n, max_trials))
             continue
-        n = math.ceil(stats.noncentrality(2, level, power) / (4 * tv * tv))
+        n = math.ceil(kitstats.noncentrality(2, level, power) / (4 * tv * tv))
         for _ in range(8):
             n = min(n, max_trials)
             dof = _dof(lw, n, min_expected)
-            new = math.ceil(stats.noncentrality(dof, level, power) / (4 * tv * tv)) if dof else n
+            new = math.ceil(kitstats.noncentrality(dof, level, power) / (4 * tv * tv)) if dof else n
             if new <= n:
                 break
             n = new

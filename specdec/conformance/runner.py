@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from specdec import laws, stats
+from specdec import kitstats, laws
 
 from .checks import resolve_cases, run_case, token_accounting
 from .conventions import AUTO, FROM_Q, OWN, TOKEN, describe_sampler
@@ -85,8 +85,8 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     confidence : float
         Level of the TV intervals, in (0, 1).
     min_expected, max_bins :
-        Binning rule, see :func:`specdec.stats.pool_cells`; ``max_bins=None`` (default)
-        lets the number of bins grow with the trials (:func:`specdec.stats.bins_for_trials`).
+        Binning rule, see :func:`specdec.kitstats.pool_cells`; ``max_bins=None`` (default)
+        lets the number of bins grow with the trials (:func:`specdec.kitstats.bins_for_trials`).
 
     Returns
     -------
@@ -161,7 +161,7 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     family = [(i, j) for i, (res, _, _) in enumerate(raw)
               for j, chk in enumerate(res.checks) if chk.dof >= 1]
     m = len(family)
-    adjusted = stats.holm_adjust([raw[i][0].checks[j].pvalue for i, j in family])
+    adjusted = kitstats.holm_adjust([raw[i][0].checks[j].pvalue for i, j in family])
     adj_of = {key: a for key, a in zip(family, adjusted)}
     level = false_alarm / max(m, 1)
     results = []
@@ -169,11 +169,11 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
         new_checks = []
         for j, chk in enumerate(res.checks):
             adj = adj_of.get((i, j), 1.0)
-            tv_det = stats.detectable_tv(max(chk.trials, 1), chk.dof, level, power)
+            tv_det = kitstats.detectable_tv(max(chk.trials, 1), chk.dof, level, power)
             failed = bool(chk.impossible > 0 or adj <= false_alarm)
             need = float("inf")                    # estimated only for what was caught
             if failed and chk.dof >= 1 and lams[j] > 0:
-                need = stats.noncentrality(chk.dof, level, power) / lams[j]
+                need = kitstats.noncentrality(chk.dof, level, power) / lams[j]
             if failed and chk.impossible:
                 frac = chk.impossible / chk.trials
                 need = min(need, 1.0 if frac >= 1 else math.log1p(-power) / math.log1p(-frac))
