@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -67,7 +67,7 @@ __all__ = [
     "cycle_state_law",
     "rule_sequence_law",
     "canonical_context",
-    "accepted_count_law",
+    "outcome_accepted_law",
     "emitted_count_law",
     "mean_accepted",
     "tempered",
@@ -81,8 +81,15 @@ __all__ = [
     "RuleSampler",
 ]
 
-#: ``(probability, emitted tokens, number of accepted drafted tokens)``.
-Outcome = tuple
+class Outcome(NamedTuple):
+    """One outcome of a stateless cycle (a plain 3-tuple in this order is accepted too)."""
+
+    #: Probability of the outcome (float or Fraction).
+    probability: object
+    #: Tokens the cycle appends to the text.
+    emitted: tuple
+    #: Drafted tokens accepted.
+    n_accepted: int
 
 
 def tempered(model: ToyModel, temperature: float, *, name: str | None = None) -> ToyModel:
@@ -322,14 +329,14 @@ def draft_paths(oracle: LawOracle, ctx: tuple, gamma: int, *, greedy: bool = Fal
     return out
 
 
-def chain_outcomes(verify: Callable, oracle: LawOracle, ctx: tuple, gamma: int, *,
+def chain_outcomes(path_law: Callable, oracle: LawOracle, ctx: tuple, gamma: int, *,
                    greedy: bool = False) -> list[Outcome]:
-    """Outcomes of one chain cycle: ``verify(path)`` applied to every draft path.
+    """Outcomes of one chain cycle: ``path_law(path)`` applied to every draft path.
 
     Parameters
     ----------
-    verify : callable
-        ``verify(path: DraftPath) -> list of (probability given the path, emitted,
+    path_law : callable
+        ``path_law(path: DraftPath) -> list of (probability given the path, emitted,
         n_accepted)``.
     oracle, ctx, gamma, greedy
         As in :func:`draft_paths`.
@@ -341,9 +348,9 @@ def chain_outcomes(verify: Callable, oracle: LawOracle, ctx: tuple, gamma: int, 
     """
     out = []
     for path in draft_paths(oracle, ctx, gamma, greedy=greedy):
-        for w, emitted, n_acc in verify(path):
+        for w, emitted, n_acc in path_law(path):
             if w > 0:
-                out.append((path.prob * w, emitted, n_acc))
+                out.append(Outcome(path.prob * w, emitted, n_acc))
     return out
 
 
@@ -369,7 +376,7 @@ def append_outcomes(path: DraftPath, tau: int, weight, law: list, total, out: li
     head = path.tokens[:tau]
     for y, m in enumerate(law):
         if m > 0:
-            out.append((weight * m / total, head + (y,), tau))
+            out.append(Outcome(weight * m / total, head + (y,), tau))
 
 
 # --------------------------------------------------------------------------------------
@@ -477,7 +484,7 @@ def rule_sequence_law(cycle: Callable, oracle: LawOracle, prefix, length: int) -
                            key=lambda ctx, need: oracle.canon(ctx))
 
 
-def accepted_count_law(outcomes, max_accepted: int) -> list:
+def outcome_accepted_law(outcomes, max_accepted: int) -> list:
     """Law of the number of accepted drafted tokens in one cycle.
 
     Returns
@@ -509,7 +516,7 @@ def mean_accepted(outcomes):
 # --------------------------------------------------------------------------------------
 
 
-def path_accepted_law(path: DraftPath, verify: Callable) -> list:
+def path_accepted_law(path: DraftPath, path_law: Callable) -> list:
     """Law of the accepted count given one draft path, for a chain verifier.
 
     Returns
@@ -517,7 +524,7 @@ def path_accepted_law(path: DraftPath, verify: Callable) -> list:
     list, length ``len(path.tokens) + 1``
     """
     out = [0.0] * (len(path.tokens) + 1)
-    for w, _, n in verify(path):
+    for w, _, n in path_law(path):
         out[n] += w
     return out
 
@@ -571,8 +578,8 @@ def full_acceptance(path: DraftPath, weight) -> list:
     if weight <= 0:
         return []
     if path.ends:
-        return [(weight, path.tokens, k)]
-    return [(weight * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0]
+        return [Outcome(weight, path.tokens, k)]
+    return [Outcome(weight * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0]
 
 
 def sample_full_acceptance(path: DraftPath, rng) -> tuple[tuple, int]:
@@ -664,7 +671,7 @@ class Rule:
             Entry ``i`` is P(``i`` drafted tokens accepted).
         """
         outs, _ = self._outcomes_from(target, draft, prefix, shape, greedy)
-        return accepted_count_law(outs, self.depth(shape))
+        return outcome_accepted_law(outs, self.depth(shape))
 
     def mean_accepted(self, target, draft, prefix, shape, *, greedy: bool = False):
         """Expected accepted drafted tokens per cycle (exact: fractions stay fractions)."""

@@ -12,7 +12,7 @@ The draft decides only *where the cycle stops*, never *which token is emitted*. 
 sequence is a sample from the target, whether the draft samples from ``q`` or takes its
 argmax, and whatever ``q`` is. With a random stream keyed by output position, the output
 is even the *same string* as target-only sampling with the same seed
-(:func:`generate`, ``stream="position"``). What the rule loses is acceptance:
+(:func:`run_matching`, ``stream="position"``). What the rule loses is acceptance:
 ``P(accept) = sum_x q(x) p(x)`` for a sampled draft and ``p(argmax q)`` for a greedy one,
 against ``sum_x min(p(x), q(x))`` for speculative sampling (:func:`acceptance`).
 
@@ -59,7 +59,7 @@ __all__ = [
     "RESAMPLE_ON_MISMATCH",
     "MATCHING_FLAWS",
     "MatchingRun",
-    "generate",
+    "run_matching",
     "target_only",
 ]
 
@@ -240,7 +240,7 @@ def _inverse_cdf(law: np.ndarray, u: float) -> int:
 
 
 def target_only(target: ToyModel, prefix, length: int, seed: int) -> tuple:
-    """Target-only sampling with the position-keyed stream of :func:`generate`.
+    """Target-only sampling with the position-keyed stream of :func:`run_matching`.
 
     Token ``t`` (counted from 0 after the prompt) is the inverse-CDF draw of the ``t``-th
     uniform of ``numpy.random.default_rng(seed)``.
@@ -254,8 +254,8 @@ def target_only(target: ToyModel, prefix, length: int, seed: int) -> tuple:
     return out
 
 
-def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, seed: int,
-             draft_rng, *, greedy: bool = False, stream: str = "position") -> MatchingRun:
+def run_matching(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, seed: int,
+                 draft_rng, *, greedy: bool = False, stream: str = "position") -> MatchingRun:
     """Generate with the matching rule; the target's randomness comes from ``seed``.
 
     Parameters
@@ -289,7 +289,7 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     --------
     >>> from specdec.models import toy_pair
     >>> p, q = toy_pair(closeness=0.3)
-    >>> generate(p, q, (), 3, 8, 5, 1).tokens == target_only(p, (), 8, 5)
+    >>> run_matching(p, q, (), 3, 8, 5, 1).tokens == target_only(p, (), 8, 5)
     True
     """
     check_models(target, draft)

@@ -26,7 +26,7 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from .models import ToyModel, check_models, check_prefix
 __all__ = [
     "CycleRule", "CORRECT_CYCLE", "STALE_PROPOSALS", "NO_ROLLBACK", "BONUS_WRONG_POSITION",
     "EMIT_AFTER_EOS", "STALE_ORIGINAL_Q", "CYCLE_FLAWS", "CYCLE_RULES", "check_cycle_rule",
-    "block_sequence_law", "cycle_length_law", "cycle_accepted_law",
+    "CycleOutcome", "block_sequence_law", "cycle_length_law", "cycle_accepted_law",
 ]
 
 
@@ -198,6 +198,22 @@ def check_cycle_rule(rule, name: str = "variant") -> CycleRule:
 # --------------------------------------------------------------------------------------
 
 
+class CycleOutcome(NamedTuple):
+    """One outcome of a block cycle under a cycle rule, with what the next cycle needs."""
+
+    #: Probability of the outcome.
+    probability: float
+    #: Tokens the cycle emits.
+    emitted: tuple
+    #: The cycle's proposals as ``(token, draft_context)`` pairs, for the next state (None
+    #: when the outcome fills the tokens wanted or ends at EOS).
+    drafted: tuple | None
+    #: Proposals accepted.
+    n_accepted: int
+    #: Whether the last emitted token is a bonus draw.
+    bonus: bool
+
+
 class _Steps:
     """Memoised laws (as supports) and the acceptance/residual of each (p, q) pair."""
 
@@ -237,7 +253,7 @@ def _support(law: np.ndarray):
 
 
 def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant: CycleRule, eos, need):
-    """Enumerate one cycle: yields ``(prob, emitted, drafted, n_accepted, bonus)``.
+    """Enumerate one cycle: a list of :class:`CycleOutcome`.
 
     ``drafted`` is a tuple of ``(token, draft_context)`` pairs (``None`` when the outcome
     already fills ``need`` tokens or ends at EOS, so the next state is irrelevant).
@@ -267,15 +283,15 @@ def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant
     def rec(j, props, drafted, prob):
         cj = ctx + props
         if j >= need:  # enough tokens: what follows is cut away
-            out.append((prob, props[:need], None, j, False))
+            out.append(CycleOutcome(prob, props[:need], None, j, False))
             return
         if j == gamma or (j > 0 and stop_at_eos and props[-1] == eos):
             if stop_at_eos and j > 0 and props[-1] == eos:
-                out.append((prob, props, drafted, j, False))
+                out.append(CycleOutcome(prob, props, drafted, j, False))
                 return
             law = steps.p(ctx + props[:variant.bonus_index(j)])
             for b, w in law:
-                out.append((prob * w, props + (b,), drafted, j, True))
+                out.append(CycleOutcome(prob * w, props + (b,), drafted, j, True))
             return
         for x, w, qctx, src in proposal(j, cj):
             acc, res = steps.step(cj, qctx)
@@ -292,9 +308,9 @@ def _cycle_outcomes(steps: _Steps, ctx: tuple, stale: tuple, gamma: int, variant
                         out_t.clear()
                         tails(j + 1, cj + (x,), d2, pr * wr)
                         for pt, dt in list(out_t):
-                            out.append((pt, emitted, dt, j, False))
+                            out.append(CycleOutcome(pt, emitted, dt, j, False))
                     else:
-                        out.append((pr * wr, emitted, None if terminal else d2, j, False))
+                        out.append(CycleOutcome(pr * wr, emitted, None if terminal else d2, j, False))
 
     out_t: list = []
     rec(0, (), (), 1.0)

@@ -236,20 +236,20 @@ def test_matching_acceptance_formulas():
 def test_matching_same_seed_same_string(greedy):
     p, q = toy_pair(closeness=0.3)
     for seed in range(100):
-        run = matching.generate(p, q, (), 3, 10, seed, seed + 7, greedy=greedy)
+        run = matching.run_matching(p, q, (), 3, 10, seed, seed + 7, greedy=greedy)
         assert run.tokens == matching.target_only(p, (), 10, seed)
         assert all(0 <= a <= 3 for a in run.accepted)
 
 
 def test_matching_sequential_stream_differs_but_keeps_the_law():
     p, q = toy_pair(closeness=0.3)
-    same = sum(matching.generate(p, q, (), 3, 10, s, s + 7, stream="sequential").tokens
+    same = sum(matching.run_matching(p, q, (), 3, 10, s, s + 7, stream="sequential").tokens
                == matching.target_only(p, (), 10, s) for s in range(100))
     assert same < 100
     n, length = 6000, 2
     counts: dict = {}
     for s in range(n):
-        key = matching.generate(p, q, (), 3, length, s, s + 1, stream="sequential").tokens
+        key = matching.run_matching(p, q, (), 3, length, s, s + 1, stream="sequential").tokens
         counts[key] = counts.get(key, 0) + 1
     ref = sequence_law(p, (), length)
     keys = sorted(ref)

@@ -488,7 +488,7 @@ def run_case(sampler, case, *, spec: SamplerSpec | None = None, seed: int = 0,
         raise ValueError(f"cases: a {kind} case cannot test a {spec.kind} sampler")
     if trials is None:
         level = 1e-3 / 22
-        trials = plan.trials_for_tv(plan.check_laws(case), plan.DEFAULT_RESOLUTION[
+        trials = plan.trials_for_tv(plan.case_laws(case), plan.DEFAULT_RESOLUTION[
             plan.convention_key(spec)], level, 0.9, min_expected=min_expected)
     trials = laws.check_int(trials, "trials")
     opts = dict(min_expected=min_expected, max_bins=max_bins, confidence=confidence)

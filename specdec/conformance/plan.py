@@ -26,7 +26,7 @@ from specdec import kitstats
 from .cases import BatchCase, BlockCase, TokenCase
 from .conventions import BATCH, BLOCK, SamplerSpec
 
-__all__ = ["DEFAULT_RESOLUTION", "MAX_TRIALS", "Plan", "convention_key", "check_laws",
+__all__ = ["DEFAULT_RESOLUTION", "MAX_TRIALS", "Plan", "convention_key", "case_laws",
            "trials_for_tv", "plan_battery"]
 
 #: Default detectable TV per calling convention.
@@ -50,7 +50,7 @@ def convention_key(spec: SamplerSpec) -> str:
     return base or "scalar"
 
 
-def check_laws(case) -> list[np.ndarray]:
+def case_laws(case) -> list[np.ndarray]:
     """Exact laws of the checks a case may run (law, and accounting when reported)."""
     if isinstance(case, TokenCase):
         m = np.minimum(case.p, case.q)
@@ -102,7 +102,7 @@ def trials_for_tv(laws_, tv: float, level: float, power: float, *, min_expected:
     Parameters
     ----------
     laws_ : sequence of numpy.ndarray
-        Exact laws of the case's checks (:func:`check_laws`).
+        Exact laws of the case's checks (:func:`case_laws`).
     tv : float
         Resolution wanted, in (0, 1).
     level, power : float
@@ -234,7 +234,7 @@ def plan_trials(spec: SamplerSpec, case_list, *, cost=None, resolution: float | 
     """
     key = convention_key(spec)
     level = false_alarm / (2 * len(case_list))
-    laws_ = [check_laws(c) for c in case_list]
+    laws_ = [case_laws(c) for c in case_list]
     cap = MAX_TRIALS[key]
     cost = None if cost is None else tuple(float(c) for c in cost)
     if budget is not None and cost is None:
