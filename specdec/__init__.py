@@ -12,14 +12,16 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.rules`: the registry of every verification rule and flaw, by name.
 - :mod:`specdec.token`: one speculative step's exact output law under any token rule.
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
-- :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
+- :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed;
+  :mod:`specdec.kitstats`: the conformance kit's statistics (pooled chi-square, Holm).
 - :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles;
   :mod:`specdec.stateful`: the block cycle's rules (correct and stateful bugs) and exact
   laws; :mod:`specdec.accounting`: honest and inflated throughput figures of a run.
 - :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps, best draft length, for
   a constant alpha or any workload (one function per quantity).
 - :mod:`specdec.workloads`: acceptance that depends on context or draft position, with the
-  regime carried across cycles (exact Markov renewal-reward laws), and cycle dependence.
+  regime carried across cycles (exact Markov renewal-reward laws);
+  :mod:`specdec.dependence`: dependence between consecutive cycles, measured.
 - :mod:`specdec.cycles`: exact laws of stateless verification rules (draft paths, cycle
   outcomes) and the one sequence-law dynamic programme over cycle states.
 - :mod:`specdec.blockverify`: block verification (Sun et al.), the paper's 10/9, 11/9 and

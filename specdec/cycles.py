@@ -1,15 +1,14 @@
 """Exact laws of stateless verification rules: draft paths, cycle outcomes, sequence laws.
 
-The rules of :mod:`specdec.blockverify`, :mod:`specdec.multidraft`, :mod:`specdec.matching`
-and :mod:`specdec.lossy` all share one shape. A **cycle** starts from the emitted text,
-drafts (a chain of ``gamma`` tokens, or a tree), lets the target score every drafted
-position in one pass, and emits an accepted prefix plus one token chosen by the target;
-the next cycle starts from the emitted text and nothing else (no state is carried over).
-So the law of the first ``length`` emitted tokens follows from the law of one cycle's
-outcomes by a dynamic programme over the emitted text, which this module runs once for
-all of them (:func:`rule_sequence_law`).
+The rules of :mod:`specdec.tokenrule`, :mod:`specdec.blockverify`, :mod:`specdec.multidraft`,
+:mod:`specdec.matching` and :mod:`specdec.lossy` share one shape. A **cycle** starts from
+the emitted text, drafts (a chain of ``gamma`` tokens, or a tree), lets the target score
+every drafted position in one pass, and emits an accepted prefix plus one token chosen by
+the target; the next cycle starts from the emitted text alone. The law of the first
+``length`` emitted tokens then follows by the one dynamic programme over cycle states
+(:func:`cycle_state_law`; :func:`rule_sequence_law` for these rules).
 
-A cycle's law is a list of **outcomes** ``(probability, emitted, n_accepted)``: the
+A cycle's law is a list of **outcomes** (:class:`Outcome`): the
 tokens the cycle appends to the text (a tuple, 1 to ``gamma + 1`` tokens, ending at EOS
 if one is emitted) and how many drafted tokens were accepted. Chain rules are written as
 a *verifier* applied to each **draft path** (:class:`DraftPath`: the drafted tokens, their
@@ -27,8 +26,8 @@ cycle, from which its sequence law, accepted-count law and mean follow
 and :meth:`Rule.sample`, the reference procedure that draws one cycle with explicit
 uniforms. The exact rules live in their modules (:data:`specdec.blockverify.BLOCK`,
 :data:`specdec.matching.MATCHING`, :class:`specdec.multidraft.RecursiveRejection`,
-:class:`specdec.lossy.Lossy`); each flaw is one subclass in the module of its rule, and :mod:`specdec.rules` registers them all.
-:class:`RuleSampler` is the one adapter that hands any rule to the conformance kit as a
+:class:`specdec.lossy.Lossy`); each flaw is one subclass in the module of its rule;
+:mod:`specdec.rules` registers them all. :class:`RuleSampler` is the one adapter that hands any rule to the conformance kit as a
 block sampler, with the accepted-count law of the rule declared beside it. Used in
 Chapter 5 and Appendix A4.
 
@@ -82,13 +81,11 @@ __all__ = [
 ]
 
 class Outcome(NamedTuple):
-    """One outcome of a stateless cycle (a plain 3-tuple in this order is accepted too)."""
+    """One outcome of a stateless cycle: its probability (float or Fraction), the tokens it
+    appends to the text, the drafted tokens accepted (a plain 3-tuple is read the same)."""
 
-    #: Probability of the outcome (float or Fraction).
     probability: object
-    #: Tokens the cycle appends to the text.
     emitted: tuple
-    #: Drafted tokens accepted.
     n_accepted: int
 
 

@@ -32,12 +32,6 @@ References
    (``P(||empirical - law||_1 >= eps) <= (2^k - 2) exp(-n eps^2 / 2)``.)
 .. [3] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via
    Speculative Decoding", ICML 2023, Sec. 2-3, App. A.1 (the law being checked).
-.. [4] W. G. Cochran, "Some methods for strengthening the common chi-square tests",
-   Biometrics 10(4), 417-451, 1954 (expected counts per cell).
-.. [5] H. B. Mann, A. Wald, "On the choice of the number of class intervals in the
-   application of the chi square test", Ann. Math. Statist. 13(3), 306-317, 1942.
-.. [6] S. Holm, "A simple sequentially rejective multiple test procedure",
-   Scandinavian Journal of Statistics 6(2), 65-70, 1979.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from .diagnosis import impossible_message
 from .drive import Malformed, call_token, encode_sequences, run_block_scalar, run_block_vectorised, tally_tokens
 from .report import CaseResult, Check, CycleAccounting
 
-__all__ = ["gof_check", "token_accounting", "run_token_case", "accepted_law_of", "declared_accepted_law",
+__all__ = ["gof_check", "failed_call", "token_accounting", "run_token_case", "accepted_law_of", "declared_accepted_law",
            "sequence_counts", "run_block_case", "run_batch_case", "case_rng", "resolve_cases",
            "run_case"]
 
@@ -56,6 +56,21 @@ def gof_check(name: str, counts: np.ndarray, law: np.ndarray, *, min_expected: f
     check = Check(name, method, n, stat, dof, pvalue, binning.n_bins, binning.pooled_cells,
                   impossible, tv, lo, hi)
     return check, lam1
+
+
+def failed_call(case, kind: str, trials: int, t0: float, exc: Exception):
+    """The result of a case whose sampler raised or returned what the kit cannot read.
+
+    Both are conformance failures, reported (every trial counts as violating); returns
+    ``(CaseResult, [], None)`` like :func:`run_case`.
+    """
+    if isinstance(exc, Malformed):
+        msg, cause = f"malformed output: {exc}", f"The sampler's output could not be read ({exc})."
+    else:
+        msg = f"raised {type(exc).__name__}: {exc}"
+        cause = f"The sampler raised {type(exc).__name__}: {exc}."
+    return CaseResult(case.name, kind, case.description, trials, None, None, None, (msg,), False,
+                      time.perf_counter() - t0, causes=(cause,), violating_trials=trials), [], None
 
 
 def token_accounting(case: TokenCase, joint, proposals: str, opts):
@@ -92,17 +107,8 @@ def run_token_case(sampler, spec, case: TokenCase, rng, trials, opts, proposals:
     try:
         counts, joint, violations, n_bad = tally_tokens(
             call_token(sampler, spec, case, rng, trials, clock), case.vocab_size)
-    except Malformed as exc:
-        return CaseResult(case.name, TOKEN, case.description, trials, None, None, None,
-                          (f"malformed output: {exc}",), False, time.perf_counter() - t0,
-                          causes=(f"The sampler's output could not be read ({exc}).",),
-                          violating_trials=trials), [], None
-    except Exception as exc:  # the sampler crashed: a conformance failure, reported
-        return CaseResult(case.name, TOKEN, case.description, trials, None, None, None,
-                          (f"raised {type(exc).__name__}: {exc}",), False,
-                          time.perf_counter() - t0,
-                          causes=(f"The sampler raised {type(exc).__name__}: {exc}.",),
-                          violating_trials=trials), [], None
+    except Exception as exc:  # malformed output, or the sampler crashed: reported
+        return failed_call(case, TOKEN, trials, t0, exc)
     violations += impossible_message(counts, case.p, "tokens")
     law_check, lam_law = gof_check("law", counts, case.p, **opts)
     bad_trials = n_bad + law_check.impossible
@@ -188,21 +194,12 @@ def sequence_counts(case: BlockCase, rows: np.ndarray, lens: np.ndarray):
 
 def run_block_case(sampler, spec, case: BlockCase, rng, trials, opts):
     t0 = time.perf_counter()
-
-    def failed(msg, cause):
-        return CaseResult(case.name, BLOCK, case.description, trials, None, None, None, (msg,),
-                          False, time.perf_counter() - t0, causes=(cause,),
-                          violating_trials=trials), [], None
-
     try:
         run = run_block_vectorised if spec.vectorised else run_block_scalar
         clock = [0.0]
         rows, lens, cycles, violations, bad_rows = run(sampler, case, rng, trials, clock)
-    except Malformed as exc:
-        return failed(f"malformed output: {exc}", f"The sampler's output could not be read ({exc}).")
-    except Exception as exc:  # the sampler crashed: a conformance failure, reported
-        return failed(f"raised {type(exc).__name__}: {exc}",
-                      f"The sampler raised {type(exc).__name__}: {exc}.")
+    except Exception as exc:  # malformed output, or the sampler crashed: reported
+        return failed_call(case, BLOCK, trials, t0, exc)
     target, draft, gamma = case.target, case.draft, case.gamma
     vocab, eos = int(target.vocab_size), target.eos
     law, counts, known = sequence_counts(case, rows, lens)
@@ -388,17 +385,8 @@ def run_batch_case(sampler, spec, case, rng, trials, opts):
                         counts[r][j] += np.bincount(tk[reached, j], minlength=V)[:V]
             bad_total += int(bad_rows.sum())
             done += t
-    except Malformed as exc:
-        return CaseResult(case.name, BATCH, case.description, trials, None, None, None,
-                          (f"malformed output: {exc}",), False, time.perf_counter() - t0,
-                          causes=(f"The sampler's output could not be read ({exc}).",),
-                          violating_trials=trials), [], None
-    except Exception as exc:  # the sampler crashed: a conformance failure, reported
-        return CaseResult(case.name, BATCH, case.description, trials, None, None, None,
-                          (f"raised {type(exc).__name__}: {exc}",), False,
-                          time.perf_counter() - t0,
-                          causes=(f"The sampler raised {type(exc).__name__}: {exc}.",),
-                          violating_trials=trials), [], None
+    except Exception as exc:  # malformed output, or the sampler crashed: reported
+        return failed_call(case, BATCH, trials, t0, exc)
     # the law: each request's emitted token at each reached position follows its own law;
     # conditionally on the positions reached, the per-(request, position) Pearson statistics
     # are independent, so their sum is chi-square with the summed degrees of freedom
