@@ -23,9 +23,9 @@ Bugs (numbered as in the appendix)
     5. :func:`drop_rejected` - on rejection, the rejected token is removed from ``p`` and
        the rest renormalised (instead of the residual).
     6. :func:`shared_uniform` - one uniform for the accept test and the residual draw.
-    7. :class:`StaleProposals` - proposals drafted after a rejection are reused in the
+    7. :class:`StaleProposalsSampler` - proposals drafted after a rejection are reused in the
        next cycle (block).
-    8. :class:`NoRollback` - the target's cache is not rolled back after a rejection
+    8. :class:`NoRollbackSampler` - the target's cache is not rolled back after a rejection
        (block).
     9. :func:`overcounting_cycle` - accounting: accepts after the first rejection are
        counted as accepted.
@@ -57,13 +57,13 @@ __all__ = [
     "untempered_target",
     "drop_rejected",
     "shared_uniform",
-    "StaleProposals",
-    "NoRollback",
+    "StaleProposalsSampler",
+    "NoRollbackSampler",
     "overcounting_cycle",
     "library_generation",
     "GalleryEntry",
     "BUGS",
-    "CORRECT",
+    "CORRECT_SAMPLERS",
 ]
 
 
@@ -272,7 +272,7 @@ def _verify_block(ps: list, qs: list, proposals: list[int], rng, eos, u_accept=N
 
 
 @block_sampler
-class StaleProposals:
+class StaleProposalsSampler:
     """Bug 7: proposals drafted after a rejection are reused in the next cycle.
 
     After a rejection at position i, the proposals ``x_{i+1}, ...`` were drafted on a
@@ -307,7 +307,7 @@ class StaleProposals:
 
 
 @block_sampler
-class NoRollback:
+class NoRollbackSampler:
     """Bug 8: the target's cache is not rolled back after a rejection.
 
     The target's cache holds the tokens it has scored. After a rejection at position i,
@@ -469,7 +469,7 @@ def _exact_target(case):
 
 
 #: The correct samplers, which must pass.
-CORRECT: tuple[GalleryEntry, ...] = (
+CORRECT_SAMPLERS: tuple[GalleryEntry, ...] = (
     GalleryEntry("library_step", 0, "library step (specdec.token.sample_step)",
                  lambda: token.sample_step, "token", _exact_target),
     GalleryEntry("library_vectorised", 0, "library engine (simulate_tokens), vectorised",
@@ -499,9 +499,9 @@ BUGS: tuple[GalleryEntry, ...] = (
                  lambda case: token.output_law(case.p, case.q, tokenrule.DROP_REJECTED)),
     GalleryEntry("shared_uniform", 6, "one uniform for test and residual", lambda: shared_uniform,
                  "token", lambda case: token.output_law(case.p, case.q, tokenrule.SHARED_UNIFORM)),
-    GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposals, "block",
+    GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposalsSampler, "block",
                  _exact_stale),
-    GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollback, "block"),
+    GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollbackSampler, "block"),
     GalleryEntry("overcounting", 9, "accounting: accepts after a rejection counted",
                  lambda: overcounting_cycle, "block", _exact_target),
 )

@@ -35,7 +35,7 @@ def test_describe_sampler_from_marks_and_signatures():
     assert C.describe_sampler(G.vectorised_correct) == C.SamplerSpec(
         "token", True, "laws", "specdec.gallery:vectorised_correct")
     assert C.describe_sampler(G.processed_correct).inputs == "logits"
-    assert C.describe_sampler(G.StaleProposals()).kind == "block"
+    assert C.describe_sampler(G.StaleProposalsSampler()).kind == "block"
     assert C.describe_sampler(G.library_generation).vectorised
     assert C.describe_sampler(token.sample_step).kind == "token"          # 3 required args
     assert C.describe_sampler(block.speculative_cycle).kind == "block"    # 5 required args
@@ -323,7 +323,7 @@ def test_stale_proposals_matches_the_library_exact_law():
     case = {c.name: c for c in C.block_cases()}["block_g4"]
     wrong = stateful.block_sequence_law(case.target, case.draft, (), 4, 4, stateful.STALE_PROPOSALS)
     exact_tv = laws.law_tv(wrong, models.sequence_law(case.target, (), 4))
-    r = C.run_battery(G.StaleProposals(), cases=["block_g4"], trials=4_000, seed=SEED)
+    r = C.run_battery(G.StaleProposalsSampler(), cases=["block_g4"], trials=4_000, seed=SEED)
     law = r.cases[0].law
     assert law.tv_low <= exact_tv and law.tv <= exact_tv + 0.05
     assert not r.passed
@@ -443,8 +443,8 @@ def test_report_is_reproducible_from_the_seed():
     alone = C.run_battery(G.vectorised_correct, seed=7, trials=20_000, cases=["processed"])
     assert alone.cases[0].law.statistic == a.case("processed").law.statistic
     # block samplers too (stateful ones are reset before every decode)
-    x = C.run_battery(G.NoRollback(), seed=3, trials=300, cases=["block_g2"])
-    y = C.run_battery(G.NoRollback(), seed=3, trials=300, cases=["block_g2"])
+    x = C.run_battery(G.NoRollbackSampler(), seed=3, trials=300, cases=["block_g2"])
+    y = C.run_battery(G.NoRollbackSampler(), seed=3, trials=300, cases=["block_g2"])
     assert x == y
 
 
@@ -488,11 +488,11 @@ def test_cli_exit_codes(capsys):
     assert C.main([]) == 2
     assert C.main(["--list-cases"]) == 0
     assert "large_vocab" in capsys.readouterr().out
-    assert C.main(["specdec.gallery:NoRollback", "--trials", "200", "--cases", "block_g1"]) == 1
+    assert C.main(["specdec.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1"]) == 1
     assert "block sampler" in capsys.readouterr().out
     # --rule names the rule whose accepted-count law the counts follow (the old spelling too)
     for flag, name in (("--rule", "block"), ("--accepted-law", "block"), ("--rule", "token")):
-        assert C.main(["specdec.gallery:NoRollback", "--trials", "200", "--cases", "block_g1",
+        assert C.main(["specdec.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1",
                        flag, name]) == 1
         out = capsys.readouterr().out
         words = "block verification" if name == "block" else "token-by-token verification"
@@ -517,13 +517,13 @@ def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
             ([ok, "--resolution", "0.02", "--budget", "5"], ["--resolution and --budget"]),
             ([ok, "--trials", "1000", "--plan"], ["--plan"]),
             ([ok, "--measure", "--plan"], ["--measure"]),
-            (["specdec.gallery:NoRollback", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
-            (["specdec.gallery:NoRollback", "--rule", "bogus"], ["--rule", "block", "token_residual"]),
-            (["specdec.gallery:NoRollback", "--rule", "block", "--accepted-law", "block"],
+            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
+            (["specdec.gallery:NoRollbackSampler", "--rule", "bogus"], ["--rule", "block", "token_residual"]),
+            (["specdec.gallery:NoRollbackSampler", "--rule", "block", "--accepted-law", "block"],
              ["--rule: give the rule or --accepted-law, not both"]),
-            (["specdec.gallery:NoRollback", "--accepted-law", "specdec.gallery:nosuch"],
+            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "specdec.gallery:nosuch"],
              ["--accepted-law:", "has no attribute"]),
-            (["specdec.gallery:NoRollback", "--accepted-law", "json:dumps"],
+            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "json:dumps"],
              ["--accepted-law: must be callable as law(target, draft, prefix, gamma)", "dumps"])):
         assert C.main(argv) == 2, argv
         err = capsys.readouterr().err
@@ -661,7 +661,7 @@ def test_vectorised_block_sampler_emitting_past_eos_fails():
 
 
 def test_trials_needed_accounts_for_deterministic_violations():
-    r = C.run_battery(G.StaleProposals(), seed=SEED, trials=1_500, cases=["block_g4"])
+    r = C.run_battery(G.StaleProposalsSampler(), seed=SEED, trials=1_500, cases=["block_g4"])
     assert not r.passed and np.isfinite(r.trials_needed)
 
     @C.token_sampler(vectorised=True)
