@@ -27,9 +27,11 @@ chapter: params $(STAMP) engine
 # Build llama.cpp's llama-server for chapter 8 from the pinned llama-cpp-python source
 # distribution (version and SHA-256 checked; needs cmake and a C++ compiler) and convert
 # the book's models to GGUF; both cached per machine in ~/.cache/specdec-book
-# ($$SPECDEC_CACHE), so only the first run builds (10-30 min on 2 cores).
+# ($$SPECDEC_CACHE), so only the first run builds (10-30 min on 2 cores); then the example
+# llama-speculative against the same libraries (about 15 s; conformance matrix).
 engine: $(STAMP)
 	@$(PY) tools/engine.py build
+	@$(PY) tools/engine.py build --target llama-speculative
 
 # Run the whole test suite (library, notebooks pipeline, end-to-end build).
 test: $(STAMP)

@@ -14,6 +14,7 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
 - :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed;
   :mod:`specdec.kitstats`: the conformance kit's statistics (pooled chi-square, Holm).
+- :mod:`specdec.pertoken`: per-token exactness (every emitted token, randomised PIT, Holm).
 - :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles;
   :mod:`specdec.stateful`: the block cycle's rules (correct and stateful bugs) and exact
   laws; :mod:`specdec.accounting`: honest and inflated throughput figures of a run.
@@ -24,14 +25,16 @@ The library behind *specdec-book*. One module per idea:
   :mod:`specdec.dependence`: dependence between consecutive cycles, measured.
 - :mod:`specdec.cycles`: exact laws of stateless verification rules (draft paths, cycle
   outcomes) and the one sequence-law dynamic programme over cycle states.
-- :mod:`specdec.blockverify`: block verification (Sun et al.), the paper's 10/9, 11/9 and
-  12/9, and its flawed variants.
+- :mod:`specdec.blockverify`: block verification (Sun et al.), the paper's 10/9 and 11/9,
+  the sum-of-minima bound (12/9 there, not attained), and its flawed variants.
+- :mod:`specdec.optimality`: the linear program over every exact verifier of one cycle
+  (scipy's HiGHS, certified in fractions): its optimum is block verification's count.
 - :mod:`specdec.multidraft`: several drafts per position and draft trees, verified by
   recursive rejection sampling (SpecInfer; with and without replacement, top-k).
 - :mod:`specdec.matching`: the matching rule (accept while the target's own sample
   equals the draft), exact for any draft, and its same-seed property.
-- :mod:`specdec.lossy`: lossy acceptance (typical, lenient, relaxed): exact TV and KL to
-  the target beside the accepted tokens they buy.
+- :mod:`specdec.lossy`: lossy acceptance (typical, SGLang's thresholds, a scaled ratio,
+  relaxed): exact TV and KL to the target beside the accepted tokens they buy.
 - :mod:`specdec.conformance`, :mod:`specdec.gallery`: a test kit for real samplers, and
   buggy samplers it must catch (``python -m specdec.conformance pkg.module:function``).
 - :mod:`specdec.nn`, :mod:`specdec.decode`: numpy inference of the small trained models

@@ -29,8 +29,10 @@ this module (:data:`BLOCK_FLAWS`: ``TOKEN_RESIDUAL``,
 ``FIRST_FAILURE``).
 
 The module also gives the paper's worked example in exact fractions
-(:func:`paper_example`: 10/9, 11/9 and 12/9 accepted drafts per cycle) and the bound that
-no valid verifier can beat (:func:`accepted_bound`).
+(:func:`paper_example`: 10/9 and 11/9 accepted drafts per cycle) and the sum-of-minima
+bound that no valid verifier can beat (:func:`accepted_bound`: 12/9 there), which is not
+attained: the best any exact verifier reaches is block verification's count
+(:func:`specdec.optimality.optimal_accepted`, a linear program over all verifiers).
 
 References
 ----------
@@ -247,9 +249,20 @@ def accepted_bound(target, draft, prefix, gamma: int):
 
         E[tau] <= sum_{i=1}^{gamma} sum_{x^i} min(Q(x^i), P(x^i)).
 
-    An idealised verifier that knows the joint block laws can reach it in Sun et al.'s
-    example (12/9); block verification (which sees only the laws along the drafted path)
-    reaches 11/9 there.
+    It is a true upper bound, attained at ``gamma = 1`` (by speculative sampling) but not
+    in general for longer blocks: each term is the best coupling of one block length
+    alone, and one exact verifier need not reach them all at once. In Sun et al.'s
+    example it is 12/9, while the largest expected accepted count of any valid verifier,
+    even one that knows the joint block laws, is 11/9, block verification's
+    (:func:`specdec.optimality.optimal_accepted` solves the linear program over all
+    verifiers and certifies 11/9 exactly). The gap of 1/9 is not an information gap: the
+    example's laws do not depend on the context, so a verifier that sees only the laws
+    along the drafted path knows them all. The scheme that reaches 12/9 there draws the
+    drafted and the emitted two-token blocks from one maximal coupling; after a rejected
+    first token it emits a second token of its own, from the target's law off the drafted
+    path, which a verifier (an accepted prefix and one token) does not. Sun et al. prove
+    block verification optimal among verifiers that use the probabilities on the drafted
+    path; Thomas and Pal extend this to verifiers using off-path probabilities.
 
     Parameters
     ----------
@@ -259,6 +272,12 @@ def accepted_bound(target, draft, prefix, gamma: int):
     Returns
     -------
     float or Fraction
+
+    References
+    ----------
+    Sun et al. 2025, Sec. 3 (the example, 12/9) and Theorem 2 (optimality of block
+    verification); R. Thomas, A. Pal, "Greedy Multi-Path Block Verification for Faster
+    Decoding in Speculative Sampling", 2026, arXiv:2602.16961 (the linear program).
 
     Examples
     --------
@@ -301,8 +320,11 @@ class PaperExample:
     block : Fraction
         Block verification (11/9).
     bound : Fraction
-        The idealised verifier that knows the joint block laws (12/9), equal to the
-        coupling bound of :func:`accepted_bound`.
+        The sum-of-minima (coupling) bound of :func:`accepted_bound` (12/9): a true upper
+        bound that no valid verifier attains here. The most any exact verifier accepts,
+        even one that knows the joint block laws, is :attr:`block` (11/9; the linear
+        program of :func:`specdec.optimality.optimal_accepted`). The example's laws do not
+        depend on the context, so the 1/9 between them is not an information gap.
     token_law, block_law : tuple of Fraction
         Laws of the accepted count (0, 1, 2) under each rule.
     """

@@ -1,6 +1,6 @@
-"""Lossy acceptance: rules engines ship that trade the target's law for accepted tokens.
+"""Lossy acceptance: rules that trade the target's law for accepted tokens, measured exactly.
 
-Three rules, each a chain verifier (:mod:`specdec.cycles`) whose exact sequence law is
+Four rules, each a chain verifier (:mod:`specdec.cycles`) whose exact sequence law is
 computed by enumeration, so its distance to the target is a number, not an impression:
 
 ``"typical"`` (Medusa's typical acceptance; vLLM's ``TypicalAcceptanceSampler``)
@@ -9,11 +9,30 @@ computed by enumeration, so its distance to the target is a number, not an impre
     (``posterior_threshold = epsilon``, ``posterior_alpha = delta``). At the first
     failure the target's most likely token is emitted; after a full acceptance the bonus
     is a sample from the target.
-``"lenient"`` (SGLang's ``speculative_accept_threshold_single`` / ``_acc``)
+``"sglang"`` (SGLang's target-only verification, ``--speculative-accept-threshold-single``
+/ ``--speculative-accept-threshold-acc``)
+    The draft's probabilities are not used. Accept ``x`` when a uniform coin satisfies
+    ``coin <= p(x) / t_acc`` or when ``p(x) >= t_single``, so with probability
+    ``min(1, p(x) / t_acc)``, or 1 when ``p(x) >= t_single``. At the first rejection emit a
+    draw from the target's law with the rejected token removed, ``p(y) / (1 - p(x))`` for
+    ``y != x`` (the kernel sets the rejected token's "draft probability" to its target
+    probability and samples from ``(p - draft)^+``, the draft buffer being zeros); after a
+    full acceptance the bonus is a sample from the target. With thresholds 1 the token
+    emitted at each position is the target's own sample: this is the matching rule
+    (:data:`specdec.matching.MATCHING`), exact, and accepting ``p(x)`` rather than
+    speculative sampling's ``min(1, p(x) / q(x))``; smaller thresholds accept more.
+    SGLang's EAGLE drafter proposes the draft's top-k tokens (a greedy chain at top-k 1):
+    ``greedy=True`` models that draft. (In a tree the kernel draws one coin per accepted
+    node and tries its children in turn with the *accumulated* target probability of the
+    siblings tried so far, accepting the ``j``-th when
+    ``coin <= (p(x_1) + ... + p(x_j)) / t_acc`` or ``p(x_j) >= t_single``; after the last
+    rejected sibling it draws from ``p`` with every rejected sibling removed. The chain
+    here is the one-child case.)
+``"scaled_ratio"`` (no engine's rule; kept for comparison)
     Accept ``x`` with probability ``min(1, p(x) / (t_acc q(x)))``, or always when
     ``p(x) >= t_single``; at a rejection draw from the residual ``(p - q)^+``. With
-    ``t_acc = t_single = 1`` this is speculative sampling, exact; smaller thresholds
-    accept more.
+    ``t_acc = t_single = 1`` this is speculative sampling, exact. Earlier versions of this
+    module called it ``"lenient"`` and attributed it to SGLang, wrongly.
 ``"relaxed"`` (TensorRT-LLM's relaxed acceptance for DeepSeek MTP, ``relaxed_topk`` /
 ``relaxed_delta``)
     Accept ``x`` when it is among the target's ``top_k`` most likely tokens and
@@ -32,9 +51,21 @@ References
 .. [1] T. Cai et al., "Medusa: Simple LLM Inference Acceleration Framework with Multiple
    Decoding Heads", ICML 2024, arXiv:2401.10774, Sec. 3.3.1 (typical acceptance).
 .. [2] vLLM ``TypicalAcceptanceSampler`` (``posterior_threshold``, ``posterior_alpha``);
-   SGLang server arguments ``--speculative-accept-threshold-single`` and
-   ``--speculative-accept-threshold-acc``; TensorRT-LLM ``MTPDecodingConfig``
-   (``use_relaxed_acceptance_for_thinking``, ``relaxed_topk``, ``relaxed_delta``).
+   TensorRT-LLM ``MTPDecodingConfig`` (``use_relaxed_acceptance_for_thinking``,
+   ``relaxed_topk``, ``relaxed_delta``).
+.. [3] SGLang (github.com/sgl-project/sglang): the kernel
+   ``TreeSpeculativeSamplingTargetOnly`` in
+   ``sgl-kernel/csrc/speculative/speculative_sampling.cuh`` (commit 120affb9, lines
+   72-97: the accept test over siblings with the accumulated target probability
+   ``prob_acc``, ``coin <= prob_acc / threshold_acc || p >= threshold_single``; lines
+   100-172: the final token from ``(target - draft)^+``, no draft term at the bonus); its
+   caller ``EagleVerifyInput.verify`` in ``python/sglang/srt/speculative/eagle_info.py``
+   (commit f1f60ea0: ``draft_probs = torch.zeros(...)``, one coin per tree node, one for
+   the final token); the help texts of both options in
+   ``python/sglang/srt/server_args.py`` and ``docs/advanced_features/server_arguments.md``
+   ("The accept probability of a draft token is raised from its target probability p to
+   min(1, p / threshold_acc)"); the drafts, ``fast_topk(probs, self.topk)`` of the draft's
+   probabilities in ``python/sglang/srt/speculative/eagle_worker.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +79,7 @@ import numpy as np
 from . import cycles
 
 from .laws import align_laws, law_tv
+from .tokenrule import TOKEN
 from .laws import LawError, check_int
 from .models import ToyModel, sequence_law as target_sequence_law
 
@@ -63,12 +95,14 @@ __all__ = [
     "sweep",
 ]
 
-RULES: tuple[str, ...] = ("typical", "lenient", "relaxed")
+RULES: tuple[str, ...] = ("typical", "sglang", "scaled_ratio", "relaxed")
 #: Parameters of each rule and their defaults (vLLM's 0.09 / 0.3 for typical acceptance;
-#: the exact setting for lenient acceptance; TensorRT-LLM's defaults for relaxed).
+#: SGLang's defaults, 1 and 1, the exact setting, for its thresholds and for the scaled
+#: ratio; TensorRT-LLM's defaults for relaxed).
 DEFAULTS: dict[str, dict] = {
     "typical": {"epsilon": 0.09, "delta": 0.3},
-    "lenient": {"t_single": 1.0, "t_acc": 1.0},
+    "sglang": {"t_single": 1.0, "t_acc": 1.0},
+    "scaled_ratio": {"t_single": 1.0, "t_acc": 1.0},
     "relaxed": {"top_k": 1, "delta": 0.0},
 }
 
@@ -139,14 +173,21 @@ def _accept_prob(rule: str, params: dict, p: list, q: list, x: int) -> float:
         return 1.0 if (x in order and p[x] >= max(p) - params["delta"]) else 0.0
     if p[x] >= params["t_single"]:
         return 1.0
+    if rule == "sglang":
+        return min(1.0, p[x] / params["t_acc"])
     return min(1.0, p[x] / (params["t_acc"] * q[x]))
 
 
-def _recovery(rule: str, p: list, q: list) -> list:
-    if rule == "lenient":
+def _recovery(rule: str, p: list, q: list, x: int) -> list:
+    """Law of the token emitted when the drafted ``x`` is rejected."""
+    if rule == "scaled_ratio":
         plus = [max(a - b, 0.0) for a, b in zip(p, q)]
         z = sum(plus)
         return [v / z for v in plus] if z > 0 else list(p)
+    if rule == "sglang":                 # (p - draft)^+ with draft = p at x, 0 elsewhere
+        rest = [0.0 if y == x else v for y, v in enumerate(p)]
+        z = sum(rest)
+        return [v / z for v in rest] if z > 0 else list(p)
     law = [0.0] * len(p)
     law[_argmax(p)] = 1.0
     return law
@@ -158,7 +199,7 @@ class Lossy(cycles.ChainRule):
 
     Attributes
     ----------
-    rule : {"typical", "lenient", "relaxed"}
+    rule : {"typical", "sglang", "scaled_ratio", "relaxed"}
         The rule (see the module docstring).
     params : dict, optional
         Its parameters; missing ones take :data:`DEFAULTS`, all are validated
@@ -173,9 +214,11 @@ class Lossy(cycles.ChainRule):
     --------
     >>> from specdec.models import toy_pair, sequence_law as target_law
     >>> p, q = toy_pair()
-    >>> exact = Lossy("lenient").sequence_law(p, q, (), 2, 3)        # thresholds 1: exact
+    >>> exact = Lossy("sglang").sequence_law(p, q, (), 2, 3)         # thresholds 1: exact
     >>> round(law_tv(exact, target_law(p, (), 3)), 12)
     0.0
+    >>> round(law_tv(Lossy("sglang", {"t_acc": 0.8}).sequence_law(p, q, (), 3, 4), target_law(p, (), 4)), 3)
+    0.061
     >>> law_tv(Lossy("typical").sequence_law(p, q, (), 2, 3), target_law(p, (), 3)) > 0.01
     True
     """
@@ -196,7 +239,7 @@ class Lossy(cycles.ChainRule):
             a = _accept_prob(self.rule, self.params, p, q, x)
             if a < 1:
                 out.extend((run * (1 - a) * w, path.tokens[:i] + (y,), i)
-                           for y, w in enumerate(_recovery(self.rule, p, q)) if w > 0)
+                           for y, w in enumerate(_recovery(self.rule, p, q, x)) if w > 0)
             run *= a
             if run == 0:
                 return out
@@ -206,7 +249,7 @@ class Lossy(cycles.ChainRule):
         for i, x in enumerate(path.tokens):
             p, q = path.p[i], path.q[i]
             if rng.random() >= _accept_prob(self.rule, self.params, p, q, x):
-                return path.tokens[:i] + (cycles.draw_weights(_recovery(self.rule, p, q), rng.random()),), i
+                return path.tokens[:i] + (cycles.draw_weights(_recovery(self.rule, p, q, x), rng.random()),), i
         return cycles.sample_full_acceptance(path, rng)
 
     def __repr__(self) -> str:
@@ -246,7 +289,8 @@ class LossyPoint:
     mean_accepted : float
         Expected accepted drafted tokens per cycle from the prompt.
     exact_mean_accepted : float
-        The same for speculative sampling (the exact rule) with the same models.
+        The same for speculative sampling (token-by-token verification,
+        :data:`specdec.blockverify.TOKEN`) with the same models.
     """
 
     rule: str
@@ -276,7 +320,7 @@ def measure(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, 
                       tv=law_tv(law, ref), kl=kl_divergence(law, ref),
                       mean_accepted=float(setting.mean_accepted(t_model, d_model, prefix, gamma,
                                                                 greedy=greedy)),
-                      exact_mean_accepted=float(Lossy("lenient").mean_accepted(
+                      exact_mean_accepted=float(TOKEN.mean_accepted(
                           t_model, d_model, prefix, gamma, greedy=greedy)))
 
 

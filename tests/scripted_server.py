@@ -6,6 +6,14 @@ delays, with the text, the cumulative token counts, a final ``usage`` and llama.
 ``timings`` the test chose. Modes reproduce the failures the client must name: an HTTP
 error, a non-streaming JSON answer, a malformed event, a stream without token counts.
 ``/tokenize`` counts UTF-8 bytes, like the book's byte-level models.
+
+For the per-token exactness checks it also answers non-streamed requests with
+log-probabilities: a scripted law over a small vocabulary (a Markov chain: the law of a
+token depends on the one before), reported as the top ``logprobs`` tokens in OpenAI's
+legacy format or in llama.cpp's ``content`` format, and sampled from the same law (exact)
+or from another one (biased); and llama.cpp's native ``/completion`` with
+``return_tokens``, decoded by a numpy model of :mod:`specdec.nn` at the request's
+temperature (or at a temperature of its own, a server whose setting differs).
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
 
 
 @dataclass
@@ -29,6 +39,13 @@ class Script:
     timings: dict = field(default_factory=lambda: {"draft_n": 6, "draft_n_accepted": 3})
     mode: str = "ok"
     bodies: list = field(default_factory=list)         # request bodies received
+    # per-token laws: law[i] is the reported law after token i (row 0 also starts)
+    law: np.ndarray | None = None
+    sample: np.ndarray | None = None                   # the law sampled (default: law)
+    logprobs_format: str = "openai"                    # or "content" (llama.cpp)
+    stop: int | None = None                            # a token that ends a response
+    model: object = None                               # specdec.nn.Transformer: /completion
+    temperature: float | None = None                   # /completion's own, else the request's
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,6 +75,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"tokens": list(body.get("content", "").encode("utf-8"))})
             return
         script.bodies.append(body)
+        if self.path == "/completion" and script.model is not None:
+            self._native(script, body)
+            return
+        if self.path == "/v1/completions" and script.law is not None and not body.get("stream"):
+            self._logprobs(script, body)
+            return
         chat = self.path == "/v1/chat/completions"
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": "not found"})
@@ -90,6 +113,52 @@ class _Handler(BaseHTTPRequestHandler):
                 "completion_tokens": done, "prompt_tokens": len(str(body.get("prompt", "")))},
                 "timings": {"predicted_n": done, **script.timings}}))
         self._send("[DONE]")
+
+    def _logprobs(self, script: Script, body: dict):
+        law = np.asarray(script.law, dtype=float)
+        sample = law if script.sample is None else np.asarray(script.sample, dtype=float)
+        rng = np.random.default_rng(int(body.get("seed", 0)))
+        k = body.get("logprobs")
+        names = [f"t{i}" for i in range(law.shape[1])]
+        prev, tokens, entries = 0, [], []
+        for _ in range(int(body.get("max_tokens", 16))):
+            tok = int(rng.choice(law.shape[1], p=sample[prev]))
+            top = np.argsort(-law[prev], kind="stable")[:k] if k else []
+            tops = [(int(j), float(law[prev, j])) for j in top if law[prev, j] > 0]
+            entries.append((tok, float(law[prev, tok]), tops))
+            tokens.append(tok)
+            prev = tok
+            if tok == script.stop:
+                break
+        if script.mode == "nologprobs" or not k:
+            logprobs = None
+        elif script.logprobs_format == "content":
+            logprobs = {"content": [
+                {"id": t, "token": names[t], "logprob": float(np.log(p)) if p else -1e30,
+                 "top_logprobs": [{"id": j, "token": names[j], "logprob": float(np.log(q))}
+                                  for j, q in tops]} for t, p, tops in entries]}
+        else:
+            logprobs = {"tokens": [names[t] for t, _, _ in entries],
+                        "token_logprobs": [float(np.log(p)) if p else None
+                                           for _, p, _ in entries],
+                        "top_logprobs": [{names[j]: float(np.log(q)) for j, q in tops}
+                                         for _, _, tops in entries]}
+        finish = "stop" if tokens and tokens[-1] == script.stop else "length"
+        self._json(200, {"choices": [{"text": "".join(names[t] for t in tokens), "index": 0,
+                                      "logprobs": logprobs, "finish_reason": finish}],
+                         "usage": {"completion_tokens": len(tokens), "prompt_tokens": 1}})
+
+    def _native(self, script: Script, body: dict):
+        from specdec import decode as dec
+
+        t = script.temperature if script.temperature is not None else body["temperature"]
+        top_k = body.get("top_k", -1)
+        settings = dec.SamplingSettings(temperature=t, top_k=None if top_k in (None, -1, 0)
+                                        else int(top_k))
+        out = dec.autoregressive(script.model, body["prompt"], int(body["n_predict"]),
+                                 np.random.default_rng(int(body["seed"])), settings)
+        self._json(200, {"content": out.texts[0], "tokens": list(out.tokens[0]),
+                         "stop": True, "stop_type": "limit"})
 
     def _send(self, data: str):
         self.wfile.write(f"data: {data}\n\n".encode())

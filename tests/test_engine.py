@@ -9,10 +9,20 @@ cached; 10-30 minutes on 2 cores), then each starts a server for a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import math
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
 import sys
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -93,10 +103,10 @@ def test_served_law_checks_on_synthetic_draws():
     law /= law.sum()
     draws = rng.choice(law.size, size=4000, p=law.ravel())
     tokens = np.stack(np.unravel_index(draws, law.shape), axis=1)
-    good = ex.check_law(tokens, law)                     # fails with probability <= 1e-6
+    good = ex.first_tokens_law_test(tokens, law)                     # fails with probability <= 1e-6
     assert good.passed and good.tv.low == 0.0 and good.detectable_tv < 0.2
     other = rng.dirichlet(np.full(256, 0.5)).reshape(16, 16)
-    bad = ex.check_law(tokens, other)
+    bad = ex.first_tokens_law_test(tokens, other)
     assert not bad.passed and "threshold" in bad.message
     again = rng.choice(law.size, size=4000, p=law.ravel())
     same = ex.two_sample(tokens, np.stack(np.unravel_index(again, law.shape), axis=1))
@@ -106,7 +116,7 @@ def test_served_law_checks_on_synthetic_draws():
     padded = ex.pad_law(law, 3)
     assert padded.sum() == pytest.approx(1.0) and padded[3, 3] == pytest.approx(law[3].sum())
     with pytest.raises(ValueError, match="pad stopped requests"):
-        ex.check_law(np.array([[-1, 0]]), law)
+        ex.first_tokens_law_test(np.array([[-1, 0]]), law)
 
 
 def test_rule_acceptance_is_exact():
@@ -221,7 +231,7 @@ def test_served_engine_is_exact_with_and_without_draft(server_binary):
         long_a = ex.first_tokens(cl.Endpoint(base.url), prompt, 40, k=24, seed=7, pad=-1)
         long_b = ex.first_tokens(cl.Endpoint(spec.url), prompt, 40, k=24, seed=7, pad=-1)
     for tokens in (plain, drafted):
-        check = ex.check_law(tokens, law)        # each fails with probability <= 1e-6
+        check = ex.first_tokens_law_test(tokens, law)        # each fails with probability <= 1e-6
         assert check.passed, check.message
         assert check.detectable_tv < 0.3     # set by the law and the trials, not by chance
     assert ex.two_sample(plain, drafted).passed
@@ -236,7 +246,7 @@ def test_served_large_target_is_exact_with_the_draft(server_binary):
     prompt = nn.load_heldout()["it"]["prompts"][0]
     with engine.serve("target_large", "draft", gamma=4, parallel=4, exact_cache=True) as spec:
         drafted, law = _law_and_draws(spec.url, prompt, 1000, target="target_large")
-    check = ex.check_law(drafted, law)           # fails with probability <= 1e-6
+    check = ex.first_tokens_law_test(drafted, law)           # fails with probability <= 1e-6
     assert check.passed, check.message
     assert check.detectable_tv < 0.35            # set by the law and the trials
 
@@ -250,7 +260,7 @@ def test_synthetic_acceptance_is_caught(server_binary):
     with engine.serve("target", "draft", gamma=3, parallel=4, exact_cache=True,
                       extra=("--spec-synth-len", "4")) as bad:
         tokens, law = _law_and_draws(bad.url, prompt, 1500)
-    assert not ex.check_law(tokens, law).passed
+    assert not ex.first_tokens_law_test(tokens, law).passed
 
 
 def test_pass_times_refuses_bad_arguments_by_name():
@@ -267,3 +277,337 @@ def test_pass_times_refuses_bad_arguments_by_name():
             pass_times(**args)
     with pytest.raises(TypeError, match="prefix, continuation: must be strings"):
         pass_times({}, None, "defgh", [1], 1)
+
+
+# ------------------------------------------------- nothing measured lost, no server left
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:                                   # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _gone(pid: int, port: int, within: float = 15.0) -> bool:
+    """Whether the server ``pid`` on ``port`` is gone within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not _alive(pid) and not _listening(port):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _spawn(argv: list[str], **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for_line(proc: subprocess.Popen, pattern: str, within: float = 120.0) -> re.Match:
+    """The first line of ``proc``'s stdout that matches ``pattern``."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            if found := re.search(pattern, line):
+                return found
+    proc.kill()
+    raise AssertionError(f"no line matching {pattern!r} within {within:g} s; stderr: "
+                         f"{proc.communicate(timeout=30)[1][-2000:]}")
+
+
+def _cleanup(*pids: int) -> None:
+    """Whatever a failed test left: stopped by PID."""
+    for pid in pids:
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_tied_child_is_the_program_and_dies_with_its_parent():
+    code = ("import subprocess, sys, time\n"
+            f"sys.path.insert(0, {str(REPO / 'tools')!r})\n"
+            "import engine\n"
+            "child = subprocess.Popen(engine.tie_to_parent(['/bin/sleep', '300']))\n"
+            "time.sleep(0.5)\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(300)\n")
+    parent = _spawn([sys.executable, "-c", code])
+    pid = int(_wait_for_line(parent, r"^(\d+)$", within=60).group(1))
+    try:
+        with open(f"/proc/{pid}/cmdline") as fh:              # same PID, now the program
+            assert fh.read().split("\0")[:2] == ["/bin/sleep", "300"]
+        parent.kill()                                       # SIGKILL: no code runs
+        parent.communicate(timeout=30)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        _cleanup(parent.pid, pid)
+
+
+@contextlib.contextmanager
+def _fake_serve(command):
+    """Stands in for engine.serve: a "server" that is ``command``, stopped by PID."""
+    def serve(target, draft=None, gamma=3):
+        proc = subprocess.Popen(command)
+        try:
+            yield engine.Server("http://127.0.0.1:9", proc.pid, 9, tuple(command),
+                                Path(os.devnull), draft, None, proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    yield contextlib.contextmanager(serve)
+
+
+@pytest.mark.parametrize("command, how", [
+    (["sh", "-c", "sleep 0.2; exit 3"], "exited with status 3"),
+    (["sh", "-c", "sleep 0.2; kill -9 $$"], "was killed by SIGKILL")])
+def test_serve_command_stops_when_its_server_ends(monkeypatch, command, how):
+    out, err = io.StringIO(), io.StringIO()
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with _fake_serve(command) as fake:
+        monkeypatch.setattr(engine, "serve", fake)
+        assert engine.serve_until_stopped("draft", poll=0.05, out=out, err=err) == 1
+    assert "llama-server (PID " in err.getvalue() and f"{how}; serve stops" in err.getvalue()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_serve_command_stops_its_server_on_sigterm(monkeypatch):
+    out, err = io.StringIO(), io.StringIO()
+    with _fake_serve(["sleep", "60"]) as fake:
+        monkeypatch.setattr(engine, "serve", fake)
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+        timer.start()
+        started = time.monotonic()
+        assert engine.serve_until_stopped("draft", poll=0.05, out=out, err=err) == 0
+        timer.join()
+    assert time.monotonic() - started < 10
+    assert "SIGTERM received; llama-server stopped" in out.getvalue()
+    pid = int(re.search(r"PID (\d+)", out.getvalue()).group(1))
+    assert not _alive(pid)
+
+
+SERVING = r"at http://127\.0\.0\.1:(\d+) \(PID (\d+)\)"
+SERVE = [sys.executable, str(REPO / "tools" / "engine.py"), "serve", "--target", "draft"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_serve_stops_its_server_on_a_signal(server_binary, signum):
+    wrapper = _spawn(SERVE)
+    port, pid = map(int, _wait_for_line(wrapper, SERVING).groups())
+    try:
+        assert _listening(port) and _alive(pid)
+        wrapper.send_signal(signum)
+        out, err = wrapper.communicate(timeout=60)
+        assert wrapper.returncode == 0, err
+        assert f"{signal.Signals(signum).name} received; llama-server stopped" in out
+        assert _gone(pid, port, within=1.0)      # stopped before the wrapper exited
+    finally:
+        _cleanup(wrapper.pid, pid)
+
+
+@pytest.mark.slow
+def test_serve_stops_when_its_server_dies(server_binary):
+    wrapper = _spawn(SERVE)
+    port, pid = map(int, _wait_for_line(wrapper, SERVING).groups())
+    try:
+        os.kill(pid, signal.SIGKILL)
+        out, err = wrapper.communicate(timeout=60)
+        assert wrapper.returncode == 1
+        assert f"llama-server (PID {pid}, http://127.0.0.1:{port}) was killed by SIGKILL; " \
+               f"serve stops" in err
+    finally:
+        _cleanup(wrapper.pid, pid)
+
+
+HOLDER = """\
+import sys, time
+sys.path.insert(0, "tools")
+import engine
+with engine.serve("draft", log=lambda *_: None) as server:
+    print(f"at {server.url} (PID {server.pid})", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_no_server_outlives_the_process_that_started_it(server_binary, signum):
+    """SIGINT (the block's cleanup runs), SIGTERM (no handler: no cleanup code runs) or
+    SIGKILL to a process inside ``engine.serve``: its server is gone with it, as a killed
+    Jupyter kernel's is."""
+    holder = _spawn([sys.executable, "-c", HOLDER])
+    port, pid = map(int, _wait_for_line(holder, SERVING).groups())
+    try:
+        assert _listening(port) and _alive(pid)
+        holder.send_signal(signum)
+        holder.communicate(timeout=60)
+        assert holder.returncode == -signum
+        assert _gone(pid, port), f"llama-server PID {pid} still there after {signum!r}"
+    finally:
+        _cleanup(holder.pid, pid)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_no_server_outlives_a_killed_jupyter_kernel(server_binary):
+    """What papermill does on a cell timeout, and what a kernel whose parent died does:
+    the kernel ends by SIGKILL (or os._exit) while a cell is inside ``engine.serve``."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)))
+    kc = km.client()
+    kc.start_channels()
+    pid = port = kernel = 0
+    try:
+        kc.wait_for_ready(timeout=60)
+        kc.execute("import os\nprint(f'kernel {os.getpid()}', flush=True)\n" + HOLDER)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not pid:
+            msg = kc.get_iopub_msg(timeout=120)
+            text = msg["content"].get("text", "") if msg["msg_type"] == "stream" else ""
+            if found := re.search(r"kernel (\d+)", text):
+                kernel = int(found.group(1))
+            if found := re.search(SERVING, text):
+                port, pid = map(int, found.groups())
+        assert kernel and pid and _listening(port)
+        os.kill(kernel, signal.SIGKILL)           # the cell's cleanup never runs
+        assert _gone(pid, port), f"llama-server PID {pid} outlived its kernel"
+    finally:
+        kc.stop_channels()
+        _cleanup(kernel, pid)
+        km.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+def test_client_keeps_what_it_measured_when_the_server_is_killed(server_binary, tmp_path):
+    """The client against a real server killed mid-run: the results file holds every
+    request measured before, the failure names the next request, the exit status is 3."""
+    out = tmp_path / "results.json"
+    with engine.serve("target", log=lambda *_: None) as server:
+        client = _spawn([sys.executable, "-m", "specdec.client", "--endpoint", server.url,
+                         "--prompts-per-language", "12", "--max-tokens", "48",
+                         "--no-progress", "--timeout", "20", "--out", str(out)])
+        try:
+            deadline = time.monotonic() + 120            # until 4 requests are answered
+            while time.monotonic() < deadline and server.log.read_text(
+                    errors="replace").count("stop processing") < 4:
+                time.sleep(0.05)
+            os.kill(server.pid, signal.SIGKILL)
+            stdout, stderr = client.communicate(timeout=120)
+        finally:
+            _cleanup(client.pid)
+    assert client.returncode == 3, stderr
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and len(data["runs"]) == 1
+    (run,) = data["runs"]
+    ids = [r["id"] for r in run["records"]]
+    assert run["complete"] is False and 3 <= len(ids) < 48
+    order = [f"{lang}-{k}" for lang in ("it", "en", "zh", "es") for k in range(12)]
+    assert ids == order[:len(ids)]                      # every request measured, in order
+    assert all(r["completion_tokens"] == 48 for r in run["records"])
+    failure = data["failure"]
+    assert failure["request"] == order[len(ids)] and failure["request"] in stderr
+    assert failure["time_utc"] and failure["clock"] >= run["records"][-1]["end"]
+    assert f"results so far: {out} ({len(ids)} requests measured" in stderr
+    print(f"{len(ids)} requests measured before the kill; the failure: {failure}")
+
+
+CHAPTER = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# A chapter that serves
+
+```{code-cell} ipython3
+:tags: [parameters]
+seed = 1
+trials = 10
+```
+
+```{code-cell} ipython3
+import importlib.util, sys, time
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("engine_tool", %(engine)r)
+engine = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = engine
+spec.loader.exec_module(engine)
+with engine.serve("draft", log=lambda *_: None) as server:
+    Path(%(pidfile)r).write_text(f"{server.pid} {server.port}")
+    time.sleep(600)
+```
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", "SIGTERM to the group",
+                                 "SIGINT to the group"])
+def test_an_interrupted_build_leaves_no_server(server_binary, tmp_path, how):
+    """``tools/build.py`` executing a chapter that is inside ``engine.serve``, stopped by
+    SIGTERM or SIGKILL to the build alone, by SIGTERM to its process group (what
+    ``timeout`` does) or SIGINT to it (Ctrl-C in a terminal): the chapter's server is gone
+    within seconds."""
+    root, pidfile = tmp_path / "book", tmp_path / "server.pid"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "specdec").mkdir()
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n"
+                                   "  - file: book/chapters/serving\n")
+    (root / "notebooks" / "serving.md").write_text(CHAPTER % {
+        "engine": str(REPO / "tools" / "engine.py"), "pidfile": str(pidfile)})
+    build = subprocess.Popen([sys.executable, str(REPO / "tools" / "build.py"), "--root",
+                              str(root), "--no-html", "--jobs", "1"], cwd=root,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    pid = port = 0
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and build.poll() is None and not pid:
+            if pidfile.exists() and pidfile.read_text():
+                pid, port = map(int, pidfile.read_text().split())
+            time.sleep(0.1)
+        assert pid, f"the chapter started no server: {build.communicate(timeout=30)[1][-2000:]}"
+        assert _alive(pid) and _listening(port)
+        if how.endswith("to the group"):
+            os.killpg(build.pid, getattr(signal, how.split()[0]))
+        else:
+            build.send_signal(getattr(signal, how))
+        build.wait(60)
+        assert _gone(pid, port, within=20.0), f"llama-server PID {pid} outlived the build"
+    finally:
+        _cleanup(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(build.pid, signal.SIGKILL)

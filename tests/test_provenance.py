@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -120,3 +121,57 @@ def test_show_run_parameters_marks_the_start_of_the_run(monkeypatch):
     provenance.show_run_parameters(seed=1, trials=2)
     record = provenance.collect_provenance(seed=1, trials=2)
     assert record.duration < 60  # measured from show_run_parameters, not from the epoch
+
+
+def _repository(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (tmp_path / "f.txt").write_text("a\n")
+    git("add", "f.txt")
+    git("commit", "-qm", "one")
+    return git
+
+
+def test_edition_is_released_only_at_the_version_tag_with_a_clean_tree(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    git = _repository(tmp_path)
+    untagged = provenance.edition_of(tmp_path, "1.2.0")
+    assert untagged.tagged is False and untagged.released is False
+    assert untagged.label == "1.2.0, unreleased build"
+    note = provenance.edition_markdown(untagged)
+    assert note.startswith(":::{warning}\nThis build is not a released edition: no tag "
+                           f"`v1.2.0` points at its commit `{untagged.git.commit[:12]}`.")
+    git("tag", "v1.1.0")  # another version's tag does not make this one released
+    assert provenance.edition_of(tmp_path, "1.2.0").released is False
+    git("tag", "v1.2.0")
+    tagged = provenance.edition_of(tmp_path, "1.2.0")
+    assert tagged.released is True and tagged.label == "1.2.0"
+    assert provenance.edition_markdown(tagged) == (
+        ":::{note}\nThis is the released edition 1.2.0 of the book (tag `v1.2.0`, commit "
+        f"`{tagged.git.commit[:12]}`).\n:::")
+    (tmp_path / "f.txt").write_text("b\n")  # a local change on the tagged commit
+    edited = provenance.edition_of(tmp_path, "1.2.0")
+    assert edited.tagged is True and edited.released is False
+    assert edited.commit.endswith("+dirty") and edited.label == "1.2.0, unreleased build"
+    assert "built with uncommitted changes" in provenance.edition_markdown(edited)
+
+
+def test_edition_outside_a_work_tree_is_unreleased_and_says_so(tmp_path):
+    edition = provenance.edition_of(tmp_path, "0.1.0")
+    assert edition.released is False and edition.commit == "unknown"
+    assert "not built from a git work tree" in provenance.edition_markdown(edition)
+    with pytest.raises(ValueError, match="version: must be a non-empty version"):
+        provenance.edition_of(tmp_path, "")
+
+
+def test_provenance_box_says_whether_the_edition_is_released():
+    record = provenance.collect_provenance(seed=1, started=0.0, now=1.0)
+    text = provenance.provenance_markdown(record)
+    expected = provenance.edition_of(version=__version__).released
+    assert record.released is expected
+    assert ("(released edition)" if expected else "(not a released edition") in text

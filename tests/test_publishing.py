@@ -32,6 +32,7 @@ sys.path.insert(0, str(TOOLS))
 
 import browser  # noqa: E402  (tools/browser.py)
 import execution_stats  # noqa: E402
+import labels  # noqa: E402  (tools/labels.py)
 import pdf as pdf_tool  # noqa: E402
 import vendor  # noqa: E402
 
@@ -122,6 +123,8 @@ def book(tmp_path_factory) -> Path:
     shutil.copy(REPO / "_config.yml", root / "_config.yml")
     for page in ("references.bib", "bibliography.md", "citing.md", "changelog.md", "favicon.svg"):
         shutil.copy(REPO / "book" / page, root / "book" / page)
+    # the book's errata name the book's labels: the fixture has its own, on its labels
+    shutil.copy(FIXTURE / "errata.md", root / "book" / "errata.md")
     shutil.copytree(REPO / "book" / "_static", root / "book" / "_static")
     shutil.copy(REPO / "requirements-lock.txt", root / "requirements-lock.txt")
     shutil.copytree(TOOLS / "latex", root / "tools" / "latex")
@@ -253,6 +256,23 @@ def test_chapters_have_download_and_provenance_and_no_placeholder_launch(html_di
         (REPO / "requirements-lock.txt").read_text()
 
 
+def test_run_note_gives_the_provenance_boxs_execution_time(html_dir, book):
+    """The run note at a chapter's top and the provenance box at its end state the same
+    duration (one measurement), then the whole run with the kernel's start."""
+    from specdec.book.provenance import _duration_text
+
+    for name in ("01-demo",):  # the fixture chapter with a run note
+        path = book / "book" / "chapters" / f"{name}.ipynb"
+        row = execution_stats.notebook_row(path)
+        text = " ".join(parse_html(html_dir / "book" / "chapters" / f"{name}.html").soup
+                        .select_one("main").get_text().split())
+        box = _duration_text(row["record"]["duration"])
+        assert f"Executed: {row['record']['started'].replace('T', ' ').rstrip('Z')} UTC, in {box}" \
+            in text, name
+        assert (f"(its execution took {box} in this build, as the provenance box at its end "
+                f"says; {_duration_text(row['seconds'])} with the kernel's start)") in text, name
+
+
 def test_launch_buttons_are_dropped_only_for_a_placeholder_address():
     import book_ext
 
@@ -282,6 +302,18 @@ def test_citing_page_marks_the_placeholder_address(html_dir):
     assert len(bibtex) == 2 and f"url       = {{{site}}}" in bibtex[0] and repo in bibtex[0]
     assert f"{{{site}book/chapters/02-mass.html#sec-mass-rule}}" in bibtex[1]
     assert "@" + "BOOK_URL@" not in " ".join(bibtex)
+    # the edition and the commit: the fixture is built outside a git work tree, so it is
+    # not a released edition and says so
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for entry in bibtex:
+        assert f"edition   = {{{version}, unreleased build}}" in entry
+        assert "note      = {Commit unknown" in entry
+    joined = " ".join(" ".join(page.soup.select_one("main").get_text().split()).split())
+    assert (f"These pages were built from commit unknown, edition {version}, unreleased "
+            "build.") in joined
+    warning = page.soup.select_one("main div.admonition.warning")
+    assert warning and "This build is not a released edition" in warning.get_text()
+    assert "@" + "EDITION" not in page.soup.get_text() and "@" + "COMMIT@" not in joined
     # the opening quote before the section title is an opening quote
     assert "(\u201c" in text.replace(" ", "") or "\u201c" in text
 
@@ -305,12 +337,41 @@ def test_execution_statistics_page_lists_every_chapter(html_dir, book):
     assert "A demonstration chapter" in text and "Mass" in text
     assert "Total" in text and "2026" in text
     md = (book / "book" / "execution-stats.md").read_text()
-    assert md.count("* - {doc}`chapters/") == 2
-    for name in ("01-demo", "02-mass"):
+    assert md.count("* - {doc}`chapters/") == 3
+    for name in ("01-demo", "02-mass", "a1-demo"):
         row = execution_stats.notebook_row(book / "book" / "chapters" / f"{name}.ipynb")
         assert row["seconds"] > 0 and row["slowest"] > 0 and row["seed"] == 2026
         assert row["record"]["specdec_version"] and row["commit"]
         assert f"  - {row['seconds']:.1f}" in md
+
+
+def test_whole_book_execution_time_is_computed_from_the_notebooks(book):
+    """The landing page's execution time is the sum of the executed notebooks' run times
+    (the execution-statistics page's total), not a typed number."""
+    import book_ext
+
+    rows = [execution_stats.notebook_row(p) for p in sorted((book / "book" / "chapters")
+                                                              .glob("*.ipynb"))]
+    total = sum(r["seconds"] for r in rows)
+    expected = f"{total / 60:.1f} minutes" if total >= 90 else f"{total:.0f} seconds"
+    assert book_ext.execution_time_text(book) == expected
+    assert book_ext.execution_time_text(book / "nowhere") == "an unknown time"
+    page = parse_html(book / "_build" / "html" / "book" / "intro.html")
+    assert f"Its chapters executed in {expected}." in " ".join(
+        page.soup.select_one("main").get_text().split())
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    assert "took\n@BOOK_EXECUTION_TIME@ in the build" in intro
+
+
+def test_landing_page_lists_every_appendix_and_chapter_8s_servers():
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    pages = labels.toc_pages(REPO / "_toc.yml")
+    for document in labels.appendix_letters(pages):
+        source = labels.source_of(REPO, document)
+        label = labels.labels_in(source.read_text(encoding="utf-8"))[0][0]
+        assert f"{{numref}}`Appendix %s <{label}>`" in intro, document
+    assert "llama.cpp" in intro and "{ref}`sec-measurement-memory-bound`" in intro
+    assert "{ref}`errata`" in intro
 
 
 def test_execution_statistics_page_is_deterministic(book, tmp_path):
@@ -324,7 +385,44 @@ def test_section_numbers_in_html(html_dir):
     assert headings[:3] == ["1. A demonstration chapter", "1.1. Mathematics and numbers",
                             "1.2. A figure and a table"]
     appendix = parse_html(html_dir / "book" / "citing.html").headings
-    assert appendix[0] == "How to cite this book"  # appendices are not numbered
+    assert appendix[0] == "How to cite this book"  # the pages after the appendices are not
+
+
+def captions_of(page: Page) -> list[str]:
+    """The numbers of a page's numbered tables and figures, e.g. ["Table A.1", "Fig. A.1"]."""
+    return [" ".join(el.get_text().split()).rstrip(".:")
+            for el in page.soup.select("main .caption-number")]
+
+
+def test_appendices_are_lettered_in_html(html_dir):
+    """An executed appendix is "A": its sections A.1, A.2, its table, figure and equation
+    numbered per appendix (not continuing a series across the appendices), in its
+    headings, in {numref}s, in the sidebar and in the labels index."""
+    page = parse_html(html_dir / "book" / "chapters" / "a1-demo.html")
+    assert page.headings[:3] == ["A. A lettered appendix", "A.1. A table of the appendix",
+                                 "A.2. A figure of the appendix: \\(E\\) against \\(\\gamma\\)"]
+    assert captions_of(page) == ["Table A.1", "Fig. A.1"]
+    text = " ".join(page.soup.select_one("main").get_text().split())
+    assert "Table A.1, Fig. A.1 and equation (A.1)" in text
+    assert "(A.1)" in " ".join(el.get_text() for el in page.soup.select("span.eqno"))
+    sidebar = page.soup.select_one("nav.bd-links") or page.soup
+    assert "A. A lettered appendix" in " ".join(sidebar.get_text().split())
+    # the other unnumbered pages stay unnumbered, their tables numbered 1, 2, ...
+    other = parse_html(html_dir / "book" / "appendix-demo.html")
+    assert other.headings[0] == "A demonstration appendix"
+    assert captions_of(other) == ["Table 1"]
+    index = parse_html(html_dir / "book" / "labels.html").soup
+    rows = {cells[0].get_text().strip(): " ".join(cells[1].get_text().split())
+            for cells in (tr.find_all("td") for tr in index.select("tbody tr")) if cells}
+    assert rows["app-demo"] == "Appendix A"
+    assert rows["sec-demo-lettered-figure"] == "Section A.2"
+    assert rows["sec-mass-rule"] == "Section 2.1" and rows["ch-mass"] == "Chapter 2"
+    assert rows["citing"] == "\u2014"
+    # a title with math is typeset in the index, not shown as TeX source
+    title = next(tr.find_all("td")[2] for tr in index.select("tbody tr")
+                 if tr.find("td").get_text().strip() == "sec-demo-lettered-figure")
+    assert title.select("span.math") and title.find("a", href=re.compile(
+        r"chapters/a1-demo\.html#sec-demo-lettered-figure$"))
 
 
 # --------------------------------------------------------------------------- PDF
@@ -378,6 +476,28 @@ def test_pdf_numbering_matches_html(html_dir, pdf_text):
     assert captions, "no numbered table in the fixture's appendix pages"
     joined = " ".join(lines)
     assert [c for c in captions if f"{c}:" not in joined] == [], captions
+
+
+def test_pdf_letters_appendices_as_the_html(html_dir, pdf_text):
+    """The lettered appendix has the HTML's numbers in the PDF: "Appendix A", sections
+    A.1 and A.2, Table A.1, Fig. A.1, equation (A.1); the unnumbered page after it keeps
+    Table 1 (its series resumes after the appendix, it does not continue A's)."""
+    lines = [" ".join(ln.split()) for ln in pdf_text.splitlines()]
+    joined = " ".join(lines)
+    page = parse_html(html_dir / "book" / "chapters" / "a1-demo.html")
+    for heading in page.headings[1:3]:  # "A.1. Title" in the HTML, "A.1 Title" in the PDF
+        number, title = heading.split(". ", 1)
+        title = title.split(":")[0]  # before the math
+        assert any(ln.startswith(f"{number} {title}") for ln in lines), heading
+    for caption in captions_of(page) + captions_of(parse_html(html_dir / "book" /
+                                                              "appendix-demo.html")):
+        assert f"{caption}:" in joined, caption
+    assert "Table A.1, Fig. A.1 and equation (A.1)" in joined
+    assert re.search(r"\(A\.1\)$", next(ln for ln in lines if "𝛼" in ln and "=" in ln))
+    assert "Appendix A. A lettered appendix" in joined  # the running header
+    assert "Appendix A A lettered appendix" in joined   # the labels index
+    assert "Section A.2 A figure of the appendix" in joined
+    assert not re.search(r"\bAPPENDIX ONE\b|Chapter 3\. A lettered", joined)
 
 
 def test_pdf_wraps_code_lines_at_spaces_only(book, pdf_text):
@@ -481,8 +601,12 @@ def test_citation_cff_is_valid_and_versions_agree():
     changelog = (REPO / "book" / "changelog.md").read_text(encoding="utf-8")
     assert re.search(rf"^## {re.escape(version)}\b", changelog, re.M), \
         f"book/changelog.md has no section for version {version}"
+    # the citing page cites the edition and the commit of the build (tools/book_ext.py),
+    # never a version typed in: an unreleased build must not pass for a released one
     citing = (REPO / "book" / "citing.md").read_text(encoding="utf-8")
-    assert citing.count(f"edition   = {{{version}}}") == 2
+    assert citing.count("edition   = {@EDITION@}") == 2
+    assert citing.count("note      = {Commit @COMMIT@") == 2
+    assert "@EDITION_NOTE@" in citing and version not in citing
 
 
 def _requirement_key(req: str) -> tuple[str, str]:
@@ -757,6 +881,98 @@ def _bib_entries() -> dict[str, str]:
             re.finditer(r"^@\w+\{([^,]+),\n(.*?)^\}", text, re.S | re.M)}
 
 
+PUBLISHED_LABELS = REPO / "book" / "_labels_published.txt"
+
+
+def published_labels() -> list[str]:
+    lines = PUBLISHED_LABELS.read_text(encoding="utf-8").splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def test_every_heading_has_a_label():
+    """Every heading of every chapter, appendix and page has a label just above it (the
+    stable address a citation uses; tools/labels.py lists them in the labels index)."""
+    unlabelled = {source.relative_to(REPO).as_posix(): found
+                  for source in labels.book_sources(REPO)
+                  if (found := labels.unlabelled_headings(source.read_text(encoding="utf-8")))}
+    assert unlabelled == {}, "add a (label)= line above each of these headings"
+
+
+def test_published_labels_are_kept_and_the_list_only_grows():
+    """A label once published is never removed or renamed (book/_labels_published.txt);
+    every label of the sources is in that list, so a new one is added to it and kept."""
+    published = published_labels()
+    assert len(published) == len(set(published)), "a label is listed twice"
+    current = set(labels.heading_labels(REPO)) | {labels.LABEL, execution_stats.LABEL}
+    assert sorted(set(published) - current) == [], "published labels gone from the sources"
+    assert sorted(current - set(published)) == [], f"new labels: add them to {PUBLISHED_LABELS.name}"
+    assert {"sec-mass-rule", "app-ledger", "sec-measurement-memory-bound-run"} <= set(published)
+
+
+def test_unlabelled_heading_scan_sees_headings_not_code_comments():
+    text = "\n".join(["(ch-a)=", "# A", "", "(sec-a-b)=", "", "## B", "text", "### C",
+                      "```{code-cell} ipython3", "# a comment", "```", "(x)=", "#### D"])
+    assert labels.unlabelled_headings(text) == [(8, "### C")]
+    assert labels.labels_in(text) == [("ch-a", 1), ("sec-a-b", 2), ("x", 4)]
+
+
+ERRATA_FIELDS = ("Page", "Label", "Old statement", "New statement", "Editions")
+
+
+def errata_entries(text: str) -> dict[str, dict[str, str]]:
+    """The errata page's entries: section label -> {field: text} (fields in bold)."""
+    entries, label, pending = {}, None, None
+    for line in text.splitlines():
+        if (target := labels.TARGET.match(line)):
+            pending = target.group(1)
+        elif line.startswith("## "):
+            label, pending = pending, None
+            entries[label] = {}
+        elif label and (field := re.match(r"^- \*\*(.+?):\*\* (.*)$", line)):
+            entries[label][field.group(1)] = field.group(2)
+            last = field.group(1)
+        elif label and line.startswith("  ") and entries[label]:
+            entries[label][last] += " " + line.strip()
+    return entries
+
+
+def source_targets(root: Path) -> set[str]:
+    """Every label of the sources: ``(label)=`` targets and directives' ``:name:``."""
+    found = set()
+    for source in labels.book_sources(root):
+        text = source.read_text(encoding="utf-8")
+        found |= set(re.findall(r"^\(([A-Za-z0-9][\w.:-]*)\)=\s*$", text, re.M))
+        found |= set(re.findall(r"^:name: ([A-Za-z0-9][\w.:-]*)\s*$", text, re.M))
+    return found
+
+
+def test_errata_entries_have_every_field_and_name_existing_labels():
+    """Each erratum gives the page, the label, the old and the new statement and the
+    editions, and every label it names (as `label` and as a {ref}/{numref}) exists."""
+    text = (REPO / "book" / "errata.md").read_text(encoding="utf-8")
+    entries = errata_entries(text)
+    assert {"errata-beyond-ranking", "errata-measurement-bars", "errata-rules-bound",
+            "errata-rules-sglang"} <= set(entries)
+    targets = source_targets(REPO)
+    for name, fields in entries.items():
+        assert tuple(fields) == ERRATA_FIELDS, name
+        named = re.findall(r"`([a-z][\w-]*)`(?! <)", fields["Label"])
+        assert named, f"{name}: no label named"
+        refs = re.findall(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([\w-]+)>?`",
+                          fields["Page"] + fields["Label"])
+        assert set(named) <= set(refs), name
+        assert [r for r in refs if r not in targets] == [], name
+        assert re.search(r"\b\d+\.\d+\.\d+\b|unreleased", fields["Editions"]), name
+    assert [e for e in entries if e not in labels.heading_labels(REPO)] == []
+
+
+def test_errata_page_is_in_the_toc_and_linked_from_the_changelog():
+    toc = [doc for doc, _ in labels.toc_pages(REPO / "_toc.yml")]
+    assert "book/errata" in toc and toc.index("book/errata") > toc.index("book/changelog")
+    assert "{ref}`errata`" in (REPO / "book" / "changelog.md").read_text(encoding="utf-8")
+    assert errata_entries((FIXTURE / "errata.md").read_text(encoding="utf-8"))  # same format
+
+
 def test_the_source_article_is_cited_with_its_scope():
     entry = _bib_entries()["article2026dosgarantias"]
     for fact in ("Dos garantías que debemos separar", "Inferencia de IA", "year         = {2026}",
@@ -911,7 +1127,8 @@ def test_real_book_chapter_pages_say_how_to_rerun_them(whole_book):
     for html in _chapter_pages(whole_book.html):
         text = " ".join(parse_html(html).text)
         rule = (rf"This chapter alone: make chapter NAME={re.escape(html.stem)} SEED=<int> "
-                r"\(its execution took \d+(\.\d)? (s|min) in this build\)")
+                r"\(its execution took (\d+ min )?\d+(\.\d)? s in this build, as the provenance "
+                r"box at its end says; (\d+ min )?\d+(\.\d)? s with the kernel's start\)")
         if not re.search(rule, text):
             missing.append(html.stem)
     assert missing == []

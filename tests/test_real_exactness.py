@@ -8,6 +8,14 @@ false-alarm probability is 1e-9 for any number of trials and any seed: a correct
 fails this test with probability at most 1e-9 per case. Cells with an expected count
 below 5 are pooled into one cell (pooling is a fixed function of the tokens, so the pooled
 counts follow the pooled law exactly and the bound still holds).
+
+On the real llama-server (skipped when it is not built: ``make engine``), the per-token
+check (:mod:`specdec.pertoken`) tests every emitted token: the plain and the speculative
+servers pass with the numerical disagreement measured on the plain one as the tolerance,
+and the positive controls fail: the server sampling at another temperature than the
+client's law, and llama.cpp's synthetic acceptance (``--spec-synth-len``). Each test sends
+a fixed number of requests (every request bounded by the endpoint's timeout) and prints
+its tokens, detectable per-token TV and seconds.
 """
 
 from __future__ import annotations
@@ -15,8 +23,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+from specdec import client as cl
 from specdec import decode as dec
 from specdec import nn, stats
+from specdec.client import exactness as ex
 from specdec.laws import tv_distance
 
 HAVE_MODELS = (nn.MODELS_DIR / "manifest.json").exists()
@@ -121,3 +136,130 @@ def test_decoder_validation(models):
         dec.autoregressive(target, "ciao", 0, rng)
     with pytest.raises(ValueError, match="at least one token"):
         dec.autoregressive(target, [""], 3, rng)
+
+
+# ------------------------------------------------------------------ the real llama-server
+def _load_engine():
+    path = Path(__file__).resolve().parents[1] / "tools" / "engine.py"
+    spec = importlib.util.spec_from_file_location("specdec_engine_tool", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                   # dataclasses look the module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """The engine tool, if llama-server is already built (never builds it here)."""
+    module = _load_engine()
+    if not module._works(module.server_binary()):
+        pytest.skip("llama-server not built (make engine)")
+    return module
+
+
+GAMMA, SLOTS = 3, 4
+PER_TOKEN_REQUESTS, PER_TOKEN_MAX = 160, 90        # 32-byte prompts + 90 < 128 positions
+
+
+def _english(n=12):
+    return nn.load_heldout()["en"]["prompts"][:n]
+
+
+def _report(name, check):
+    print(f"{name}: {'pass' if check.passed else 'FAIL'}, {check.tokens} tokens in "
+          f"{check.requests} requests, detectable per-token TV {check.detectable_tv:.4f} "
+          f"(tolerance {check.tolerance:.2e}), Holm p {check.pvalue:.2e}, means "
+          f"{ {k: round(v, 4) for k, v in check.means.items()} }, "
+          f"{check.extra['seconds']:.1f} s")
+
+
+@pytest.mark.slow
+def test_served_pertoken_plain_and_speculative_pass(engine, models):
+    """Both servers pass the per-token check, with the disagreement between numpy's laws
+    and the engine's measured on the plain server as the tolerance (each check fails
+    with probability at most 1e-6 when the server is exact within it)."""
+    target, draft = models
+    prompts = _english()
+    settings = dec.SamplingSettings(temperature=1.0)
+    t0 = time.perf_counter()
+    with engine.serve("target", parallel=SLOTS, exact_cache=True) as base, \
+            engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS,
+                         exact_cache=True) as spec:
+        measured = ex.engine_disagreement(cl.Endpoint(base.url), prompts, target, settings,
+                                          requests=8, max_tokens=40)
+        print(f"disagreement: {measured}")
+        assert measured["positions"] > 50 and measured["max_tv"] < 5e-3
+        # other seeds per server: with the same seeds llama.cpp emits the same text with
+        # and without the draft, and the two checks would see the same evidence
+        checks = {name: ex.served_pertoken_check(
+            cl.Endpoint(s.url), prompts, requests=PER_TOKEN_REQUESTS,
+            max_tokens=PER_TOKEN_MAX, settings=settings, target=target, draft=draft,
+            seed=seed, tolerance=measured["max_tv"]) for name, s, seed in
+            (("plain", base, 100), ("speculative", spec, 100 + PER_TOKEN_REQUESTS))}
+    for name, check in checks.items():
+        _report(name, check)
+        assert check.passed, check.message
+        assert check.impossible == 0 and check.tokens > 0.9 * check.positions
+        assert check.detectable_tv < 0.05
+    print(f"total {time.perf_counter() - t0:.1f} s")
+
+
+@pytest.mark.slow
+def test_served_pertoken_positive_controls_fail(engine, models):
+    """The client's law at temperature 1 while the server samples at 0.8, the client's
+    law with top-k 20 while the server samples from every byte, and llama.cpp's
+    synthetic acceptance (every drafted token accepted at the set rate whatever the
+    target says): both fail the per-token check."""
+    target, draft = models
+    prompts = _english()
+    settings = dec.SamplingSettings(temperature=1.0)
+    with engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS,
+                      exact_cache=True) as spec:
+        cold = ex.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=60,
+                                        max_tokens=PER_TOKEN_MAX, settings=settings,
+                                        target=target, draft=draft, seed=200,
+                                        tolerance=1e-3, extra={"temperature": 0.8})
+        # the client's law keeps the top 20 bytes, the server samples from all 256
+        wide = ex.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=20,
+                                        max_tokens=PER_TOKEN_MAX,
+                                        settings=dec.SamplingSettings(top_k=20),
+                                        target=target, draft=draft, seed=250,
+                                        tolerance=1e-3, extra={"top_k": -1})
+    with engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS, exact_cache=True,
+                      extra=("--spec-synth-len", str(GAMMA + 1))) as bad:
+        synth = ex.served_pertoken_check(cl.Endpoint(bad.url), prompts, requests=60,
+                                         max_tokens=PER_TOKEN_MAX, settings=settings,
+                                         target=target, draft=draft, seed=300,
+                                         tolerance=1e-3)
+    for name, check in (("temperature 0.8 served, 1 assumed", cold),
+                        ("all bytes served, top-k 20 assumed", wide),
+                        (f"--spec-synth-len {GAMMA + 1}", synth)):
+        _report(name, check)
+        assert not check.passed
+    assert cold.adjusted["target"] < 1e-6
+    assert wide.impossible > 0
+    assert synth.adjusted["draft_over_target"] < 1e-6
+
+
+@pytest.mark.slow
+def test_served_reported_laws(engine):
+    """The black-box mode on llama-server: the plain server's reported post-sampling
+    laws (bytes that start a multi-byte character banned, since llama.cpp reports no
+    probabilities for a token that ends inside one) pass; the speculative server reports
+    none for the tokens of its speculative path and is refused with that reason."""
+    prompts = _english()
+    ban = {"logit_bias": [[b, False] for b in range(0xC0, 0x100)]}
+    with engine.serve("target", parallel=SLOTS, exact_cache=True) as base:
+        check = ex.served_pertoken_check(cl.Endpoint(base.url), prompts, requests=60,
+                                         max_tokens=PER_TOKEN_MAX, laws="reported",
+                                         top_logprobs=20, post_sampling_probs=True,
+                                         seed=400, extra=ban)
+    _report("reported, plain", check)
+    assert check.passed, check.message
+    assert check.extra["tokens_in_pooled_cell"] > 0
+    with engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS,
+                      exact_cache=True) as spec:
+        with pytest.raises(ex.NoLogprobs, match="speculative path"):
+            ex.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=4,
+                                     max_tokens=PER_TOKEN_MAX, laws="reported",
+                                     post_sampling_probs=True, seed=500, extra=ban)

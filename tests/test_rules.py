@@ -262,14 +262,14 @@ def test_matching_sequential_stream_differs_but_keeps_the_law():
 # --------------------------------------------------------------------------------------
 
 
-def test_lenient_exact_at_unit_thresholds_and_lossy_below():
+def test_scaled_ratio_exact_at_unit_thresholds_and_lossy_below():
     p, q = toy_pair()
-    exact = lossy.measure(p, q, (), 2, 3, "lenient")
+    exact = lossy.measure(p, q, (), 2, 3, "scaled_ratio")
     assert exact.tv < EXACT_TOL and abs(exact.kl) < 1e-12
     assert exact.mean_accepted == pytest.approx(exact.exact_mean_accepted)
     prev_tv, prev_acc = 0.0, exact.mean_accepted
     for t_acc in (0.8, 0.5, 0.2):
-        pt = lossy.measure(p, q, (), 2, 3, "lenient", {"t_acc": t_acc})
+        pt = lossy.measure(p, q, (), 2, 3, "scaled_ratio", {"t_acc": t_acc})
         assert pt.tv > prev_tv and pt.mean_accepted > prev_acc and pt.kl > 0
         prev_tv, prev_acc = pt.tv, pt.mean_accepted
 
@@ -292,7 +292,7 @@ def test_lossy_errors():
     with pytest.raises(ValueError, match="rule"):
         lossy.check_params("sloppy")
     with pytest.raises(LawError, match="t_acc"):
-        lossy.check_params("lenient", {"t_acc": 1.5})
+        lossy.check_params("scaled_ratio", {"t_acc": 1.5})
     with pytest.raises(ValueError, match="params"):
         lossy.check_params("typical", {"alpha": 1})
     with pytest.raises(ValueError, match="temperature"):
@@ -454,7 +454,7 @@ def test_measure_loss_interval_covers_exact_tv():
     p, q = toy_pair()
     case = conformance.BlockCase("toy_g3", "toy pair, gamma 3, 2 tokens", p, q, 3, 2)
     ref = sequence_law(p, (), 2)
-    for rule in (lossy.Lossy("typical"), lossy.Lossy("lenient", {"t_acc": 0.5})):
+    for rule in (lossy.Lossy("typical"), lossy.Lossy("scaled_ratio", {"t_acc": 0.5})):
         report = conformance.measure_loss(cycles.RuleSampler(rule), cases=[case], trials=3_000, seed=12,
                                           confidence=1 - 1e-9, resamples=200)
         est = report.case("toy_g3")

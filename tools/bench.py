@@ -8,6 +8,7 @@ the working tree's cache and _build/ are neither used nor touched.
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,14 @@ def timed(command: list[str], cwd: Path) -> tuple[int, float, str]:
     return proc.returncode, time.perf_counter() - t0, proc.stdout + proc.stderr
 
 
+def _stop(signum, frame):
+    """SIGTERM (``timeout``, ``kill``): leave through the running ``subprocess.run``, which
+    then kills its benchmark or build; their servers go with them (``tools/engine.py``)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", default="2026")
     parser.add_argument("--trials", default="200000")

@@ -19,13 +19,25 @@
   ``specdec_repository_placeholder`` is true (the address is not yet a published
   repository), the note says so and chapter pages get no Binder/Colab launch buttons
   (they would open a repository that does not exist).
+* The edition: the citing page writes ``@EDITION@`` (the version, "unreleased build"
+  unless the version's tag ``vX.Y.Z`` points at the built commit of a clean tree),
+  ``@COMMIT@`` and ``@EDITION_NOTE@`` (a warning when the build is not a released edition),
+  filled in from git (specdec.book.provenance.Edition). ``@BOOK_EXECUTION_TIME@`` (the
+  landing page) is the sum of the executed chapters' run times in this build.
 * Heading permalinks: a section with an explicit label (``(sec-mass-rule)=``) has the
   label as its first id, so the ``#`` link next to its heading is ``#sec-mass-rule``, the
   address the citing page tells readers to use, not one made from the heading's words.
-* PDF: the same numbering as the HTML. The HTML numbers only the documents of the
-  ``numbered`` part of _toc.yml; LaTeX would number every chapter. From the first
-  unnumbered document after a numbered one on (the appendices), LaTeX numbering is
-  switched off (``secnumdepth`` -1), so "2.1" means the same section in both.
+* Appendices: the executed notebooks of the unnumbered part of _toc.yml are lettered A,
+  B, C, ... in reading order (``tools/labels.py``, :func:`labels.appendix_letters`). In
+  the HTML, their headings, the sidebar and ``{numref}`` read "A", "A.1", "A.1.2", and
+  their tables, figures and equations are numbered per appendix (Table A.1, Fig. B.2),
+  as a chapter's are per chapter. The other unnumbered pages (bibliography, citing...)
+  stay unnumbered; their tables and figures are numbered 1, 2, ... across those pages.
+* PDF: the same numbering as the HTML. LaTeX would number every chapter 1, 2, ...: before
+  each appendix the LaTeX starts an appendix (``\\specdecappendix``: "Appendix A",
+  sections A.1, Table A.1), and before each other unnumbered page it switches numbering
+  off (``\\specdecunnumbered``: ``secnumdepth`` -1, tables and figures 1, 2, ... across
+  those pages), so "2.1", "A.3" and "Table B.2" mean the same thing in both.
 """
 
 from __future__ import annotations
@@ -106,8 +118,24 @@ def drop_thebe(app, pagename, templatename, context, doctree):
                             if not str(getattr(css, "filename", css)).endswith("sphinx-thebe.css")]
 
 
+def _provenance_record(app, pagename: str) -> dict | None:
+    """The provenance record the chapter's last cell attached to its output, or None."""
+    import execution_stats  # tools/execution_stats.py, next to this file
+
+    try:
+        path = Path(app.env.doc2path(pagename))
+        return execution_stats._provenance(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
 def rerun_one_chapter(app, doctree):
-    """Add to a chapter's run note the ``make chapter`` command and this build's time."""
+    """Add to a chapter's run note the ``make chapter`` command and this build's time.
+
+    The time is the provenance box's (from the run note to the box, the same measurement
+    and the same format), then the notebook's whole run with the kernel's start, which
+    the execution-statistics page lists; without a provenance record, the latter only.
+    """
     from docutils import nodes
 
     meta = _build_metadata(app, app.env.docname)
@@ -115,13 +143,19 @@ def rerun_one_chapter(app, doctree):
     if not source or seconds is None:
         return
     name = Path(source).stem
+    duration = _provenance_module()._duration_text
+    record = _provenance_record(app, app.env.docname) or {}
     for note in doctree.findall(nodes.Admonition):
         if RUN_NOTE not in note.astext():
             continue
-        minutes = f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        if isinstance(record.get("duration"), (int, float)):
+            took = (f"its execution took {duration(record['duration'])} in this build, as the "
+                    f"provenance box at its end says; {duration(seconds)} with the kernel's start")
+        else:
+            took = f"its execution took {duration(seconds)} in this build"
         note += nodes.paragraph("", "", nodes.Text("This chapter alone: "),
                                 nodes.literal(text=f"make chapter NAME={name} SEED=<int>"),
-                                nodes.Text(f" (its execution took {minutes} in this build)."))
+                                nodes.Text(f" ({took})."))
         return
 
 
@@ -169,15 +203,82 @@ def repository_urls(app) -> tuple[str, str]:
     return repo, site
 
 
+def _provenance_module():
+    """specdec/book/provenance.py of this repository, loaded by path (the Sphinx process
+    may have another copy of specdec on its path, or none)."""
+    import importlib.util
+    import sys
+
+    name = "_specdec_book_provenance"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "specdec" / "book" / "provenance.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def book_version(root: Path) -> str | None:
+    """The version in ``pyproject.toml`` at the book's root (None without one)."""
+    import tomllib
+
+    path = Path(root) / "pyproject.toml"
+    if not path.is_file():
+        return None
+    return tomllib.loads(path.read_text(encoding="utf-8")).get("project", {}).get("version")
+
+
+def build_edition(root: Path) -> dict[str, str]:
+    """What the citing page says of this build's edition: ``label`` (BibTeX ``edition``),
+    ``commit`` and ``note`` (specdec.book.provenance.Edition). Also part of the render
+    fingerprint of tools/build.py, so a new commit renders the pages again."""
+    provenance = _provenance_module()
+    edition = provenance.edition_of(root, book_version(root))
+    return {"label": edition.label, "commit": edition.commit,
+            "note": provenance.edition_markdown(edition)}
+
+
+def execution_time_text(root: Path) -> str:
+    """The whole book's execution time in this build, e.g. ``"17.2 minutes"``: the sum of
+    the run times of the executed notebooks of _toc.yml (``metadata.specdec.seconds``,
+    written by tools/build.py; the execution-statistics page lists them), or
+    ``"an unknown time"`` when no notebook records one."""
+    import execution_stats  # tools/execution_stats.py, next to this file
+    import labels
+
+    toc = Path(root) / "_toc.yml"
+    seconds = []
+    for document, _ in (labels.toc_pages(toc) if toc.is_file() else []):
+        path = Path(root) / f"{document}.ipynb"
+        if document.startswith("book/chapters/") and path.is_file():
+            seconds.append(execution_stats.notebook_row(path)["seconds"])
+    known = [s for s in seconds if s is not None]
+    if not known:
+        return "an unknown time"
+    total = sum(known)
+    return f"{total / 60:.1f} minutes" if total >= 90 else f"{total:.0f} seconds"
+
+
 def substitute_addresses(app, docname, source):
-    """Write the repository setting into every page, code blocks included."""
+    """Write the repository setting and the edition of this build into every page, code
+    blocks included (``@EDITION@``, ``@COMMIT@``, ``@EDITION_NOTE@``)."""
     text = source[0]
     if "@" not in text:
         return
     repo, site = repository_urls(app)
     note = PLACEHOLDER_NOTE if app.config.specdec_repository_placeholder else ""
-    source[0] = (text.replace("@REPOSITORY_URL@", repo).replace("@BOOK_URL@", site)
-                 .replace("@PLACEHOLDER_NOTE@", note))
+    text = (text.replace("@REPOSITORY_URL@", repo).replace("@BOOK_URL@", site)
+            .replace("@PLACEHOLDER_NOTE@", note))
+    if "@BOOK_EXECUTION_TIME@" in text:
+        text = text.replace("@BOOK_EXECUTION_TIME@", execution_time_text(Path(app.confdir)))
+    if "@EDITION" in text or "@COMMIT@" in text:
+        edition = getattr(app, "specdec_edition", None)
+        if edition is None:
+            edition = app.specdec_edition = build_edition(Path(app.confdir))
+        text = (text.replace("@EDITION_NOTE@", edition["note"])
+                .replace("@EDITION@", edition["label"]).replace("@COMMIT@", edition["commit"]))
+    source[0] = text
 
 
 def drop_placeholder_launch_buttons(app, pagename, templatename, context, doctree):
@@ -201,22 +302,134 @@ def labels_as_permalinks(app, doctree):
             section["ids"].insert(0, labels[0])
 
 
-def unnumbered_appendices(app, doctree, docname):
-    """In the assembled LaTeX document, stop numbering at the first unnumbered chapter."""
+def _appendix_letters(app) -> dict[str, str]:
+    """Document name to appendix letter, from the book's _toc.yml."""
+    import labels  # tools/labels.py, next to this file
+
+    toc = Path(app.confdir) / "_toc.yml"
+    return labels.appendix_letters(labels.toc_pages(toc)) if toc.is_file() else {}
+
+
+def _number_local_toc(node, letter: str, stack: list[int], secnums: dict) -> None:
+    """Number a document's local toc (env.tocs) under ``letter``: title (letter,), its
+    sections (letter, 1), (letter, 1, 1)... as Sphinx numbers a chapter's."""
+    from docutils import nodes
+    from sphinx import addnodes
+
+    if isinstance(node, nodes.bullet_list):
+        stack.append(0)
+        for sub in node.children:
+            _number_local_toc(sub, letter, stack, secnums)
+        stack.pop()
+    elif isinstance(node, (nodes.list_item, addnodes.only)):
+        for sub in node.children:
+            _number_local_toc(sub, letter, stack, secnums)
+    elif isinstance(node, addnodes.compact_paragraph) and node.children and stack:
+        stack[-1] += 1
+        number = (letter, *stack[1:])
+        reference = node[0]
+        secnums[reference["anchorname"]] = number
+        reference["secnumber"] = number
+
+
+def letter_appendices(app, env):
+    """Section numbers A, A.1, ... for the appendices, then the figure numbers again.
+
+    Runs after Sphinx's toctree collector (``env-get-updated``), which numbered the
+    numbered part only and every table and figure of the unnumbered part in one series.
+    Returns the documents whose numbers changed (Sphinx writes them again).
+    """
+    from sphinx.environment.collectors.toctree import TocTreeCollector
+
+    letters = _appendix_letters(app)
+    changed = []
+    for docname, letter in letters.items():
+        if docname not in env.tocs:
+            continue
+        secnums: dict = {}
+        _number_local_toc(env.tocs[docname], letter, [], secnums)
+        if docname in env.titles:
+            env.titles[docname]["secnumber"] = (letter,)
+        if env.toc_secnumbers.get(docname) != secnums:
+            changed.append(docname)
+        env.toc_secnumbers[docname] = secnums
+    if not letters:
+        return []
+    # Sphinx's own numbering pass over the whole toc, now that the appendices have section
+    # numbers: their tables and figures get A.1, A.2, ... (it uses only ``env``).
+    changed += TocTreeCollector.assign_figure_numbers(TocTreeCollector(), env)
+    return sorted(set(changed))
+
+
+LATEX_APPENDIX_MACROS = r"""
+% Appendices A, B, ... (tools/book_ext.py): \specdecappendix{N} starts appendix number N
+% (chapter "Appendix A", sections A.1, Table A.1, Fig. A.1, equation (A.1)), and
+% \specdecunnumbered starts a page without numbers (tables and figures 1, 2, ... across
+% all such pages), as in the HTML. Distinct hyperref targets for every numbered thing.
+\makeatletter
+\newif\ifspecdec@unnumbered
+\newcount\specdec@figures \newcount\specdec@tables \newcount\specdec@equations
+\newcommand\specdec@keepsecnumdepth{\ifdefined\specdec@secnumdepth\else
+  \xdef\specdec@secnumdepth{\the\value{secnumdepth}}\fi}
+\newcommand\specdecappendix[1]{\specdec@keepsecnumdepth
+  \ifspecdec@unnumbered  % keep the series of the unnumbered pages for the next one
+    \global\specdec@figures=\value{figure}\global\specdec@tables=\value{table}%
+    \global\specdec@equations=\value{equation}%
+  \fi
+  \global\specdec@unnumberedfalse
+  \setcounter{secnumdepth}{\specdec@secnumdepth}%
+  \setcounter{chapter}{\numexpr#1-1\relax}%
+  \gdef\thechapter{\Alph{chapter}}\gdef\@chapapp{\appendixname}%
+  \ifdefined\inapptrue\global\let\ifinapp\iftrue\fi  % fncychap: "Appendix A", not "One"
+  \gdef\theHchapter{appendix.\Alph{chapter}}%
+  \gdef\thefigure{\thechapter.\arabic{figure}}\gdef\thetable{\thechapter.\arabic{table}}%
+  \gdef\theequation{\thechapter.\arabic{equation}}%
+  \gdef\theliteralblock{\thechapter.\arabic{literalblock}}%
+  \gdef\theHfigure{\theHchapter.\arabic{figure}}\gdef\theHtable{\theHchapter.\arabic{table}}%
+  \gdef\theHequation{\theHchapter.\arabic{equation}}}
+\newcommand\specdecunnumbered{\specdec@keepsecnumdepth
+  \setcounter{secnumdepth}{-1}%
+  \ifspecdec@unnumbered\else  % resume the series of the unnumbered pages
+    \setcounter{figure}{\specdec@figures}\setcounter{table}{\specdec@tables}%
+    \setcounter{equation}{\specdec@equations}%
+  \fi
+  \global\specdec@unnumberedtrue
+  \gdef\thefigure{\arabic{figure}}\gdef\thetable{\arabic{table}}%
+  \gdef\theequation{\arabic{equation}}\gdef\theliteralblock{\arabic{literalblock}}%
+  \gdef\theHfigure{unnumbered.\arabic{figure}}\gdef\theHtable{unnumbered.\arabic{table}}%
+  \gdef\theHequation{unnumbered.\arabic{equation}}}
+\makeatother
+"""
+
+
+def latex_appendix_macros(app, config):
+    """Add the LaTeX macros of the appendix numbering to the preamble."""
+    elements = dict(config.latex_elements or {})
+    elements["preamble"] = elements.get("preamble", "") + LATEX_APPENDIX_MACROS
+    config.latex_elements = elements
+
+
+def number_latex_appendices(app, doctree, docname):
+    """In the assembled LaTeX document, letter the appendices and unnumber the other
+    pages after the numbered part (see the module docstring)."""
     if app.builder.name != "latex":
         return
     from docutils import nodes
     from sphinx import addnodes
 
-    numbered = set(getattr(app.env, "toc_secnumbers", {}) or {})
+    letters = list(_appendix_letters(app))
+    numbered = {name for name, numbers in (getattr(app.env, "toc_secnumbers", {}) or {}).items()
+                if numbers and name not in letters}
     seen_numbered = False
     for node in doctree.findall(addnodes.start_of_file):
         name = node.get("docname")
-        if name in numbered and app.env.toc_secnumbers.get(name):
+        if name in numbered:
             seen_numbered = True
+        elif name in letters:
+            raw = f"\\specdecappendix{{{letters.index(name) + 1}}}\n"
+            node.insert(0, nodes.raw("", raw, format="latex"))
         elif seen_numbered and name != app.config.root_doc:
-            node.insert(0, nodes.raw("", "\\setcounter{secnumdepth}{-1}\n", format="latex"))
-            return
+            node.insert(0, nodes.raw("", "\\specdecunnumbered\n", format="latex"))
 
 
 def setup(app):
@@ -227,7 +440,9 @@ def setup(app):
     app.connect("doctree-read", link_lock_file)
     app.connect("build-finished", publish_lock_file)
     app.connect("html-page-context", drop_placeholder_launch_buttons, priority=900)
-    app.connect("doctree-resolved", unnumbered_appendices)
+    app.connect("env-get-updated", letter_appendices, priority=900)  # after the toc collector
+    app.connect("config-inited", latex_appendix_macros)
+    app.connect("doctree-resolved", number_latex_appendices)
     app.connect("html-page-context", drop_thebe, priority=900)
     # After sphinx-book-theme's handlers (default priority 500) built the buttons.
     app.connect("html-page-context", add_source_download, priority=900)

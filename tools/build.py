@@ -205,7 +205,8 @@ def notebook_fingerprint(source: Path, shared: str) -> str:
 
 def book_fingerprint(layout: Layout) -> str:
     """Everything Jupyter Book reads: config, toc, book/ (including the executed notebooks),
-    the tools the rendering uses (RENDER_TOOLS), pyproject.toml and requirements-lock.txt."""
+    the tools the rendering uses (RENDER_TOOLS), pyproject.toml, requirements-lock.txt and
+    the edition of the build (its commit and tag: the citing page states them)."""
     h = hashlib.sha256(FINGERPRINT_VERSION.encode())
     for path in (layout.config, layout.toc):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -217,6 +218,11 @@ def book_fingerprint(layout: Layout) -> str:
     for name in ("pyproject.toml", "requirements-lock.txt"):  # versions; the lock is published
         path = layout.root / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"-"))
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    import book_ext  # the citing page states the commit and edition of the build
+
+    h.update(b"edition\0" + json.dumps(book_ext.build_edition(layout.root), sort_keys=True).encode())
     return h.hexdigest()
 
 
@@ -240,8 +246,21 @@ def kernel_environment(layout: Layout) -> dict[str, str]:
     return env
 
 
-def _init_worker(env: dict[str, str], log: str) -> None:
-    """Set the kernel environment; send kernel chatter on stderr to a log file."""
+def _init_worker(env: dict[str, str], log: str, parent: int | None = None) -> None:
+    """Set the kernel environment; send kernel chatter on stderr to a log file; on Linux,
+    end with the build (``parent``: its PID).
+
+    A worker whose build was killed would otherwise run its notebook to the end, and its
+    kernel with it. Ended by SIGTERM, it takes its kernel along (the kernel exits when its
+    parent is gone), and the kernel's servers with it (``tools/engine.py``).
+    """
+    if parent is not None and sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)   # PR_SET_PDEATHSIG
+        if os.getppid() != parent:                 # the build ended before the call
+            os._exit(1)
     os.environ.update(env)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -474,7 +493,8 @@ def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: i
             if not batch:
                 continue
             with ProcessPoolExecutor(n_workers, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(kernel_environment(layout), str(log))) as pool:
+                                     initargs=(kernel_environment(layout), str(log),
+                                               os.getpid())) as pool:
                 futures = {pool.submit(execute_notebook, t): t["name"] for t in batch}
                 for future in as_completed(futures):
                     name, result = futures[future], future.result()

@@ -16,12 +16,23 @@ Tooling, not library: the book's build, the tests and ``make engine`` use it to
   vocabulary (token id = byte, GPT-2's byte-to-unicode map, one inert merge because an
   empty merge list is refused), BOS and EOS set to byte 0xFF, which
   never occurs in UTF-8 text;
+* **build llama-speculative**: :func:`build_speculative` compiles llama.cpp's example
+  ``examples/speculative/speculative.cpp`` (stochastic verification, one or several
+  draft sequences) from the same pinned sources, linked against the shared libraries
+  of the cached ``llama-server`` build (same sources, same flags: no library is
+  compiled twice and the llama-server cache is left as it is), into
+  ``llama-speculative/<key>/`` with its own copy of those libraries; the key hashes the
+  source, the llama-server key and the compile flags;
 * **serve**: :func:`serve` starts the server on 127.0.0.1 on a free port, with or without
   the draft (``-md draft.gguf --spec-type draft-simple --spec-draft-n-max gamma``: ``-md``
   alone loads the draft and does not use it), one thread (``-t 1``), waits until
-  ``/health`` answers, and always stops it by PID.
+  ``/health`` answers, and always stops it by PID. On Linux the server is also tied to the
+  life of the process that started it (:func:`tie_to_parent`), so that a run interrupted
+  in any way (SIGTERM, SIGINT, a timeout, a Jupyter kernel killed with SIGKILL) leaves
+  no server behind; ``python tools/engine.py serve`` stops with its server.
 
-Command line: ``python tools/engine.py build|convert|serve|adopt DIR|path``.
+Command line: ``python tools/engine.py build [--target llama-speculative]|convert|serve|
+adopt DIR|path [--target llama-speculative]``.
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +66,15 @@ VENDOR = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp"
 CMAKE_FLAGS = ("-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON", "-DCMAKE_BUILD_TYPE=Release",
                "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
 TARGET = "llama-server"
+SPECULATIVE = "llama-speculative"
+SPECULATIVE_SOURCE = "examples/speculative/speculative.cpp"
+# What cmake gives a consumer of llama-common and llama at these flags (its flags.make for
+# llama-server, whose targets link the same libraries); the headers have no other switch.
+SPECULATIVE_CXXFLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-pthread", "-DGGML_BACKEND_SHARED",
+                        "-DGGML_SHARED", "-DGGML_USE_CPU", "-DLLAMA_SHARED",
+                        "-DLLAMA_SUBPROCESS")
+SPECULATIVE_INCLUDES = ("include", "common", "ggml/include", "vendor")
+SPECULATIVE_LIBS = ("llama-common", "llama", "ggml", "ggml-cpu", "ggml-base")
 EOS_BYTE = 0xFF
 GGUF_FORMAT = "specdec-gpt2-bytes-1"     # bump when the conversion changes
 
@@ -218,6 +238,92 @@ def adopt(cmake_build: Path, log=print) -> Path:
     return _install(Path(cmake_build) / "bin", log)
 
 
+def speculative_key() -> str:
+    """16 hex digits naming a llama-speculative build: the source's SHA-256, the
+    llama-server build it links against and the compile flags."""
+    text = "|".join((SDIST_SHA256, SPECULATIVE, SPECULATIVE_SOURCE, build_key(),
+                     *SPECULATIVE_CXXFLAGS, *SPECULATIVE_LIBS))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def speculative_dir() -> Path:
+    return cache_root() / SPECULATIVE / speculative_key()
+
+
+def speculative_binary() -> Path:
+    return speculative_dir() / SPECULATIVE
+
+
+def build_speculative(log=print) -> Path:
+    """``llama-speculative`` from the pinned sources, built once per machine; its path.
+
+    Builds (or reuses) ``llama-server`` first (:func:`build`), then compiles the one
+    source file of the example against that build's shared libraries, copied beside the
+    binary (``rpath $ORIGIN``), so that the result does not depend on the llama-server
+    folder and the llama-server cache is not touched. About a minute on one core.
+
+    Raises
+    ------
+    EngineError
+        A missing compiler, the compilation failed (the log's tail is shown), or the
+        binary does not run.
+    """
+    binary = speculative_binary()
+    if _works(binary):
+        return binary
+    libs = build(log=log).parent
+    cxx = _tools()["C++ compiler"]
+    source = sdist(log)
+    dest = speculative_dir()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
+    tmp.chmod(0o755)
+    logfile = cache_root() / f"build-{SPECULATIVE}-{speculative_key()}.log"
+    t0 = time.perf_counter()
+    try:
+        wanted = tuple(f"{VENDOR}/{d}/" for d in (*SPECULATIVE_INCLUDES,
+                                                 str(Path(SPECULATIVE_SOURCE).parent)))
+        with tarfile.open(source) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(tmp / "src", members=members, **safe)
+        src = tmp / "src" / VENDOR
+        for item in libs.iterdir():
+            if any(item.name.startswith(f"lib{name}.so") for name in SPECULATIVE_LIBS):
+                shutil.copy2(item, tmp / item.name, follow_symlinks=False)
+        # every library a NEEDED entry, found by the binary's own RPATH: the copied
+        # libraries keep the RUNPATH of the llama-server build tree, which is deleted
+        cmd = [cxx, *SPECULATIVE_CXXFLAGS,
+               *(f"-I{src / d}" for d in SPECULATIVE_INCLUDES), str(src / SPECULATIVE_SOURCE),
+               "-o", str(tmp / SPECULATIVE), f"-L{tmp}", "-Wl,--no-as-needed",
+               *(f"-l{name}" for name in SPECULATIVE_LIBS),
+               "-Wl,--disable-new-dtags,-rpath,$ORIGIN"]
+        log(f"engine: compiling {SPECULATIVE} against the llama-server build in {libs} "
+            f"(log {logfile})")
+        with open(logfile, "w") as fh:
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            if subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode != 0:
+                tail = logfile.read_text(errors="replace")[-3000:]
+                raise EngineError(f"compiling {SPECULATIVE} failed (log {logfile}):\n{tail}")
+        shutil.rmtree(tmp / "src")
+        seconds = time.perf_counter() - t0
+        (tmp / "build.json").write_text(json.dumps({
+            "llama_cpp_python": LLAMA_CPP_PYTHON, "sdist_sha256": SDIST_SHA256,
+            "source": SPECULATIVE_SOURCE, "cxxflags": SPECULATIVE_CXXFLAGS,
+            "libraries_from": str(libs), "llama_server_key": build_key(),
+            "seconds": round(seconds, 1)}, indent=1))
+        if not _works(tmp / SPECULATIVE):
+            raise EngineError(f"{tmp / SPECULATIVE} does not run (--version failed)")
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"engine: {SPECULATIVE} built in {seconds:.0f} s, installed in {dest}")
+    return binary
+
+
 # ------------------------------------------------------------------------ GGUF
 def _byte_vocab() -> list[str]:
     """GPT-2's byte-to-unicode map: the printable text of each byte token."""
@@ -315,7 +421,11 @@ def convert(name: str, log=print) -> Path:
 # ------------------------------------------------------------------------ serving
 @dataclass(frozen=True)
 class Server:
-    """A running llama-server: its URL, PID, command line and log file."""
+    """A running llama-server: its URL, PID, command line and log file.
+
+    :meth:`poll` says whether it still runs (None) or how it ended (its exit status,
+    ``-N`` when killed by signal ``N``).
+    """
 
     url: str
     pid: int
@@ -324,6 +434,58 @@ class Server:
     log: Path
     draft: str | None
     gamma: int | None
+    process: subprocess.Popen | None = field(default=None, repr=False, compare=False)
+
+    def poll(self) -> int | None:
+        """None while the server runs, else its exit status (``-N``: killed by signal N)."""
+        return None if self.process is None else self.process.poll()
+
+
+# Run as ``python -I -S -c _TIED PARENT_PID PROGRAM ARGS...`` in the child: ask the kernel
+# for SIGKILL when the parent dies (prctl(PR_SET_PDEATHSIG), PR_SET_PDEATHSIG = 1), check
+# that the parent did not die before that (it would then be another process), and
+# replace this interpreter by the program: same PID, nothing left in between.
+_TIED = """\
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_PDEATHSIG): " + os.strerror(ctypes.get_errno()))
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the parent process exited before its child started")
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def tie_to_parent(args: list[str]) -> list[str]:
+    """The command line that runs ``args`` killed (SIGKILL) when the caller's process dies.
+
+    Linux's ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` is set in the child, before it becomes
+    ``args[0]`` by ``execv`` (same PID), by a small interpreter (``python -I -S``, about
+    20 ms) rather than by ``preexec_fn``, which is unsafe in a process with threads such
+    as a Jupyter kernel. The kernel delivers the signal however the parent ends: normal
+    exit, an exception, SIGTERM or SIGINT without a handler, SIGKILL (papermill's timeout
+    kills the kernel so), a crash, the OOM killer; no handler or watchdog process has to
+    survive for it, and a watchdog could itself be killed first (``timeout`` signals the
+    whole process group). The child checks that its parent is still the caller after
+    the call, which closes the window in which the parent could die unnoticed.
+
+    The signal follows the *thread* that started the child: start a server from a thread
+    that outlives it (:func:`serve` is a context manager: its thread does). Elsewhere
+    than Linux ``args`` is returned unchanged and only :func:`serve`'s own stopping applies.
+
+    Parameters
+    ----------
+    args : list of str
+        Program (an absolute path) and its arguments.
+
+    Returns
+    -------
+    list of str
+        The command line to give :class:`subprocess.Popen`.
+    """
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return list(args)
+    return [sys.executable, "-I", "-S", "-c", _TIED, str(os.getpid()), *args]
 
 
 def free_port() -> int:
@@ -356,6 +518,10 @@ def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
           parallel: int = 1, threads: int = 1, exact_cache: bool = False,
           extra: tuple[str, ...] = (), startup: float = 120.0, log=print):
     """Start llama-server on 127.0.0.1 on a free port; yield a :class:`Server`; stop it.
+
+    The server is stopped by PID (SIGTERM, then SIGKILL after 10 s) when the block ends,
+    normally or by an exception; on Linux it is also killed when the calling process dies
+    in a way that runs no code (:func:`tie_to_parent`).
 
     Parameters
     ----------
@@ -404,7 +570,7 @@ def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
         full = args + ["--port", str(port)]
         logfile = logdir / f"llama-server-{port}.log"
         fh = open(logfile, "w")
-        proc = subprocess.Popen(full, stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(tie_to_parent(full), stdout=fh, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=_env(binary.parent))
         url = f"http://127.0.0.1:{port}"
         try:
@@ -421,12 +587,73 @@ def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
                 raise EngineError(f"llama-server did not answer {url}/health within "
                                   f"{startup:g} s (log {logfile})")
             yield Server(url, proc.pid, port, tuple(full), logfile, draft,
-                         gamma if draft else None)
+                         gamma if draft else None, proc)
             return
         finally:
             _stop(proc)
             fh.close()
     raise EngineError("llama-server: no free port after 3 attempts")
+
+
+class _Stopped(BaseException):
+    """Raised by the signal handler of :func:`serve_until_stopped`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def serve_until_stopped(target: str = "target", draft: str | None = None, gamma: int = 3,
+                        *, poll: float = 0.5, out=None, err=None) -> int:
+    """``python tools/engine.py serve``: serve until SIGTERM or SIGINT, or until the server dies.
+
+    Parameters
+    ----------
+    target, draft, gamma
+        As for :func:`serve`.
+    poll : float
+        Seconds between two checks that the server still runs.
+    out, err : file, optional
+        Where messages go (default standard output and standard error).
+
+    Returns
+    -------
+    int
+        0 when stopped by SIGTERM or SIGINT (Ctrl-C), the server stopped by PID; 1 when the
+        server exited by itself or could not start (the message on ``err`` says how, with
+        the tail of its log).
+    """
+    out, err = out or sys.stdout, err or sys.stderr
+
+    def stop(signum, frame):
+        for s in (signal.SIGTERM, signal.SIGINT):    # once: let the cleanup run in peace
+            signal.signal(s, signal.SIG_IGN)
+        raise _Stopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with serve(target, draft, gamma) as server:
+            print(f"serving {target}" + (f" with {draft}, gamma {gamma}" if draft else "")
+                  + f" at {server.url} (PID {server.pid}); Ctrl-C or SIGTERM stops it",
+                  file=out, flush=True)
+            while (code := server.poll()) is None:
+                time.sleep(poll)
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else \
+            f"exited with status {code}"
+        tail = "\n".join(server.log.read_text(errors="replace").splitlines()[-12:])
+        print(f"error: llama-server (PID {server.pid}, {server.url}) {how}; serve stops "
+              f"(log {server.log}):\n{tail}", file=err, flush=True)
+        return 1
+    except _Stopped as stopped:
+        print(f"serve: {signal.Signals(stopped.signum).name} received; llama-server stopped",
+              file=out, flush=True)
+        return 0
+    except EngineError as error:
+        print(f"error: {error}", file=err, flush=True)
+        return 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def main(argv=None) -> int:
@@ -435,37 +662,35 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build llama-server once and convert the models")
     b.add_argument("-j", "--jobs", type=int)
+    b.add_argument("--target", choices=(TARGET, SPECULATIVE), default=TARGET,
+                   help=f"{SPECULATIVE}: also compile llama.cpp's speculative example")
     a = sub.add_parser("adopt", help="install an existing cmake build of the pinned sources")
     a.add_argument("dir", type=Path)
     sub.add_parser("convert", help="convert the book's models to GGUF")
-    s = sub.add_parser("serve", help="serve a model until interrupted")
+    s = sub.add_parser("serve", help="serve a model until SIGTERM or Ctrl-C (exit status 0) "
+                                     "or until the server dies (exit status 1)")
     s.add_argument("--target", default="target")
     s.add_argument("--draft")
     s.add_argument("--gamma", type=int, default=3)
-    sub.add_parser("path", help="print the llama-server path (build it if needed)")
+    pa = sub.add_parser("path", help="print the llama-server path (build it if needed)")
+    pa.add_argument("--target", choices=(TARGET, SPECULATIVE), default=TARGET)
     args = p.parse_args(argv)
     try:
         if args.cmd == "adopt":
             adopt(args.dir)
         elif args.cmd == "build":
             build(args.jobs)
+            if args.target == SPECULATIVE:
+                build_speculative()
             for name in models():
                 convert(name)
         elif args.cmd == "convert":
             for name in models():
                 print(convert(name))
         elif args.cmd == "path":
-            print(build())
+            print(build_speculative() if args.target == SPECULATIVE else build())
         elif args.cmd == "serve":
-            with serve(args.target, args.draft, args.gamma) as server:
-                print(f"serving {args.target}" + (f" with {args.draft}, gamma {args.gamma}"
-                      if args.draft else "") + f" at {server.url} (PID {server.pid}); "
-                      f"Ctrl-C stops it", flush=True)
-                try:
-                    while True:
-                        time.sleep(1)
-                except KeyboardInterrupt:
-                    pass
+            return serve_until_stopped(args.target, args.draft, args.gamma)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

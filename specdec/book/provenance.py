@@ -91,6 +91,9 @@ class Provenance:
         End of the execution (the moment of the call), ISO 8601 in UTC.
     duration : float
         ``finished - started`` in seconds (>= 0).
+    released : bool or None
+        True when the commit is the release of ``specdec_version`` (its tag, a clean tree:
+        :class:`Edition`), False otherwise, None when not recorded.
     """
 
     seed: int
@@ -103,6 +106,7 @@ class Provenance:
     started: str
     finished: str
     duration: float
+    released: bool | None = None
 
     def as_dict(self) -> dict:
         """A JSON-serialisable copy (the record attached to the notebook output)."""
@@ -128,23 +132,137 @@ def git_state(path: str | Path | None = None, *, timeout: float = 10.0) -> GitSt
         ``GitState(None, None)`` when git is missing or ``path`` is not in a work tree
         (e.g. an installed wheel on Colab): provenance degrades, it never fails.
     """
-    where = Path(path) if path is not None else Path(__file__).resolve().parent
-    if where.is_file():
-        where = where.parent
-
-    def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True,
-                                  text=True, timeout=timeout, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return proc.stdout.strip() if proc.returncode == 0 else None
-
-    commit = git("rev-parse", "--verify", "HEAD")
+    where = _work_tree_dir(path)
+    commit = _git(where, timeout, "rev-parse", "--verify", "HEAD")
     if not commit:
         return GitState(None, None)
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = _git(where, timeout, "status", "--porcelain", "--untracked-files=no")
     return GitState(commit, None if status is None else bool(status))
+
+
+def _work_tree_dir(path: str | Path | None) -> Path:
+    where = Path(path) if path is not None else Path(__file__).resolve().parent
+    return where.parent if where.is_file() else where
+
+
+def _git(where: Path, timeout: float, *args: str) -> str | None:
+    """Output of a git command run in ``where``, or None if git or the command failed."""
+    try:
+        proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def release_tag(version: str) -> str:
+    """The git tag of a released version: ``v`` and the version, e.g. ``v0.1.0``."""
+    return f"v{version}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Edition:
+    """Which edition of the book a build is, for citing it.
+
+    A released edition is a commit that the tag ``v<version>`` points at, built from a
+    clean working tree; any other build (the main branch between releases, a local
+    change) holds content that no released edition has, and is cited by its commit.
+
+    Attributes
+    ----------
+    version : str
+        The version of ``pyproject.toml`` (the last one released, or the one being prepared).
+    git : GitState
+        The commit the build was made from.
+    tagged : bool
+        True when :func:`release_tag` of ``version`` points at ``git.commit``.
+    """
+
+    version: str
+    git: GitState
+    tagged: bool
+
+    @property
+    def released(self) -> bool:
+        """True for a released edition: the version's tag at this commit, a clean tree."""
+        return self.tagged and self.git.commit is not None and self.git.dirty is False
+
+    @property
+    def label(self) -> str:
+        """The edition as BibTeX's ``edition`` field gives it: ``0.1.0`` when released,
+        ``0.1.0, unreleased build`` otherwise (the commit says which)."""
+        return self.version if self.released else f"{self.version}, unreleased build"
+
+    @property
+    def commit(self) -> str:
+        """Twelve-character commit (``+dirty`` with uncommitted changes), or ``unknown``."""
+        return self.git.short
+
+
+def edition_of(path: str | Path | None = None, version: str | None = None, *,
+               timeout: float = 10.0) -> Edition:
+    """The edition of the work tree containing ``path``.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        A file or directory of the book's repository (default: this package's directory).
+    version : str, optional
+        The book's version (default: the version of the installed ``specdec``).
+    timeout : float
+        Seconds allowed to each git command.
+
+    Returns
+    -------
+    Edition
+        Not released when git is missing or ``path`` is outside a work tree.
+
+    Raises
+    ------
+    ValueError
+        If ``version`` is empty or contains whitespace.
+    """
+    version = _library_version() if version is None else version
+    if not isinstance(version, str) or not version or any(c.isspace() for c in version):
+        raise ValueError(f"version: must be a non-empty version string such as '0.1.0' "
+                         f"(got {version!r})")
+    where = _work_tree_dir(path)
+    state = git_state(where, timeout=timeout)
+    tags = _git(where, timeout, "tag", "--points-at", "HEAD") if state.commit else None
+    return Edition(version, state, release_tag(version) in (tags or "").split())
+
+
+def edition_markdown(edition: Edition) -> str:
+    """The note of the citing page on the edition of this build (MyST admonition).
+
+    Parameters
+    ----------
+    edition : Edition
+        From :func:`edition_of`.
+
+    Returns
+    -------
+    str
+        For a released edition, a note naming it and its commit; otherwise a warning that
+        this build is not a released edition and is to be cited by its commit.
+    """
+    tag = release_tag(edition.version)
+    if edition.released:
+        return (":::{note}\n"
+                f"This is the released edition {edition.version} of the book (tag `{tag}`, "
+                f"commit `{edition.commit}`).\n:::")
+    if edition.git.commit is None:
+        where = "it was not built from a git work tree, so its commit is unknown"
+    elif not edition.tagged:
+        where = f"no tag `{tag}` points at its commit `{edition.git.short.split('+')[0]}`"
+    else:
+        where = f"its commit `{edition.git.commit[:12]}` is tagged `{tag}`"
+    if edition.git.dirty:
+        where += ", and it was built with uncommitted changes"
+    return (":::{warning}\n"
+            f"This build is not a released edition: {where}. It may hold changes made after "
+            f"version {edition.version} (see the unreleased section of the changelog): "
+            "cite it with its commit, as the entries below do.\n:::")
 
 
 def package_versions(names: tuple[str, ...] = KEY_PACKAGES,
@@ -240,17 +358,20 @@ def collect_provenance(*, seed: int, trials: int | None = None,
     t1 = time.time() if now is None else float(now)
     if t1 < t0:
         raise ValueError(f"started: later than the end of the run ({t0} > {t1})")
+    version = _library_version()
+    edition = edition_of(version=version)
     return Provenance(
         seed=seed,
         trials=trials,
-        specdec_version=_library_version(),
-        git=git_state(),
+        specdec_version=version,
+        git=edition.git,
         python=f"{platform.python_version()} ({platform.python_implementation()})",
         platform=f"{platform.system()}-{platform.release()}-{platform.machine()}",
         packages=package_versions(),
         started=_iso(t0),
         finished=_iso(t1),
         duration=round(t1 - t0, 3),
+        released=edition.released,
     )
 
 
@@ -281,12 +402,14 @@ def provenance_markdown(record: Provenance) -> str:
         commit = f"`{record.git.commit[:12]}` ({state})"
     trials = f"`{record.trials:,}`" if record.trials is not None else "none (exact computation)"
     packages = ", ".join(f"{name} {version}" for name, version in record.packages.items())
+    edition = {True: " (released edition)", False: " (not a released edition: the commit may "
+               "hold changes made after this version)", None: ""}[record.released]
     lines = [
         ":::{admonition} Provenance of this page",
         ":class: provenance note",
         "",
         f"- **Parameters:** seed `{record.seed}`, trials {trials}",
-        f"- **Library:** specdec {record.specdec_version}, commit {commit}",
+        f"- **Library:** specdec {record.specdec_version}{edition}, commit {commit}",
         f"- **Environment:** Python {record.python} on {record.platform}; {packages}",
         f"- **Executed:** {record.started.replace('T', ' ').rstrip('Z')} UTC, in {_duration_text(record.duration)}",
         "",

@@ -153,7 +153,7 @@ def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: 
         for name, server in (("baseline", base), ("speculative", spec)):
             draws[name] = ex.first_tokens(cl.Endpoint(server.url), exact_prompt, exact_trials,
                                           seed=seed, pad=engine.EOS_BYTE, generate=gamma + 4)
-            exactness[name] = ex.check_law(draws[name], law).to_dict()
+            exactness[name] = ex.first_tokens_law_test(draws[name], law).to_dict()
         exactness["two_sample"] = ex.two_sample(draws["baseline"], draws["speculative"]).to_dict()
         long = [ex.first_tokens(cl.Endpoint(s.url), exact_prompt, identity_requests, k=32,
                                 seed=seed, pad=-1) for s in (base, spec)]
@@ -164,7 +164,7 @@ def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: 
                       extra=("--spec-synth-len", str(gamma + 1)), log=log) as bad:
         bad_draws = ex.first_tokens(cl.Endpoint(bad.url), exact_prompt, exact_trials,
                                     seed=seed, pad=engine.EOS_BYTE, generate=gamma + 4)
-        exactness["synthetic"] = ex.check_law(bad_draws, law).to_dict()
+        exactness["synthetic"] = ex.first_tokens_law_test(bad_draws, law).to_dict()
         exactness["synthetic_two_sample"] = ex.two_sample(draws["baseline"], bad_draws).to_dict()
         exactness["synthetic_flag"] = f"--spec-synth-len {gamma + 1}"
     paired, rate_rows = {}, []

@@ -6,7 +6,25 @@ interleaved protocol of chapter 8 (``--endpoint`` is the speculative server); pr
 line per load point and writes every request to a JSON file (schema in
 :mod:`specdec.client`). Prompts: a JSON file ``{"language": ["prompt", ...]}`` or, by
 default, the book's held-out prompts in Italian, English, Chinese and Spanish.
-Exit status 2 for bad arguments, 1 when a request fails (the message names it).
+
+Exit status: 0 when every request was measured; 2 for bad arguments (nothing is sent);
+3 when a request failed or Ctrl-C stopped the run: the message names the request, and the
+results file is still written, with every request measured before it and the failure
+(``"complete": false``, ``"failure"``: request, error, time).
+
+Exactness, per token (``--exactness``): seeded requests, and every emitted token tested
+against the law it should have been drawn from (:mod:`specdec.pertoken`: randomised
+probability integral transform, a mean test per ordering, Holm). ``--exactness reported``
+works with any OpenAI-compatible server that returns log-probabilities: the law of each
+position is the reported top ``--top-logprobs`` tokens with the rest pooled, ordered by the
+reported probability; sample at ``--temperature 1`` (servers report the raw law) or give
+``--post-sampling-probs`` (llama.cpp reports the law after its sampling chain).
+``--exactness model`` computes the laws with the book's models (``--target``, ``--draft``)
+for the book's own llama-server (``python tools/engine.py serve``); the numerical
+disagreement between numpy and the engine is measured on ``--baseline`` (a plain server of
+the same target) unless ``--tolerance`` is given. Prints the verdict, the p-values, the
+tokens tested and the detectable per-token TV at power 0.9; exit status 0 pass, 1 fail
+(or a request failed, or the server returned no usable log-probabilities), 2 usage.
 """
 
 from __future__ import annotations
@@ -15,11 +33,15 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 from . import SCHEMA
-from .load import NoTokenizer, closed_loop, open_loop, paired, prompt_lengths, summarize_run
+from .load import (NoTokenizer, RunFailed, closed_loop, failure_record, open_loop, paired,
+                   prompt_lengths, summarize_run)
 from .stream import ClientError, Endpoint, RequestSpec, plain_sampling
+
+INCOMPLETE = 3                      # exit status: a request failed; results so far written
 
 
 def _numbers(text: str, kind, name: str) -> list:
@@ -34,10 +56,13 @@ def _numbers(text: str, kind, name: str) -> list:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specdec.client", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+        "\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]).replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--baseline", help="base URL of the same server without speculation: "
-                                      "run the paired protocol against it")
+                                      "run the paired protocol against it (with "
+                                      "--exactness model: measure the numerical "
+                                      "disagreement there)")
     p.add_argument("--api", choices=("completions", "chat"), default="completions")
     p.add_argument("--model", help="model name sent with every request (vLLM, SGLang)")
     p.add_argument("--prompts", type=Path, help='JSON file {"language": ["prompt", ...]}')
@@ -58,6 +83,26 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--out", type=Path, default=Path("specdec-client-results.json"))
     p.add_argument("--no-progress", action="store_true")
+    g = p.add_argument_group("per-token exactness (--exactness)")
+    g.add_argument("--exactness", choices=("reported", "model"),
+                   help="test every emitted token: against the server's reported "
+                        "log-probabilities, or against the book's models")
+    g.add_argument("--requests", type=int, default=200,
+                   help="seeded requests (prompts in turn; default 200)")
+    g.add_argument("--top-logprobs", type=int, default=20,
+                   help="reported: top tokens per position, the rest pooled (default 20)")
+    g.add_argument("--post-sampling-probs", action="store_true",
+                   help="reported: ask llama.cpp for the law after its sampling chain "
+                        "(needed at a temperature other than 1)")
+    g.add_argument("--target", help="model: the book's target model (e.g. target)")
+    g.add_argument("--draft", help="model: the book's draft model (adds the draft/target "
+                                   "ordering)")
+    g.add_argument("--top-k", type=int, help="model: the law's top-k (sent to the server)")
+    g.add_argument("--false-alarm", type=float, default=1e-6,
+                   help="probability that an exact server fails (default 1e-6)")
+    g.add_argument("--tolerance", type=float,
+                   help="per-token TV the null allows (numerical disagreement); model: "
+                        "measured on --baseline when not given, reported: default 0")
     return p
 
 
@@ -107,6 +152,8 @@ def _line(s: dict) -> str:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.exactness:
+        return _exactness(args, argv)
     try:
         conc = _numbers(args.concurrency or "1", int, "--concurrency")
         rates = None if args.rate is None else _numbers(args.rate, float, "--rate")
@@ -142,7 +189,9 @@ def main(argv=None) -> int:
     result = {"schema": SCHEMA, "command": list(sys.argv if argv is None else argv),
               "endpoint": {"url": endpoint.url, "api": endpoint.api, "model": endpoint.model},
               "baseline": None if base is None else base.url, "sampling": sampling,
-              "max_tokens": args.max_tokens, "seed": args.seed, "runs": []}
+              "max_tokens": args.max_tokens, "seed": args.seed, "complete": False,
+              "failure": None, "runs": []}
+    close = lambda: None                             # noqa: E731
     try:
         result["prompt_lengths"] = _lengths(endpoint, prompts)
         specs = [RequestSpec(f"{lang}-{k}", p, args.max_tokens, sampling, args.seed + k, lang)
@@ -168,14 +217,123 @@ def main(argv=None) -> int:
                    else closed_loop(endpoint, specs, value, progress=update))
             close()
             s = summarize_run(run, ttft_max=args.ttft_max, tpot_max=args.tpot_max)
-            result["runs"].append({**s, "records": [r.to_dict() for r in run.records]})
+            result["runs"].append({**s, "records": [r.to_dict() for r in run.records],
+                                   "complete": True})
             print(_line(s))
-    except ClientError as err:
+        result["complete"] = True
+    except RunFailed as err:                 # keep what was measured before it
+        close()
+        if isinstance(err.partial, dict):
+            result["paired"] = err.partial
+        else:
+            s = summarize_run(err.partial, ttft_max=args.ttft_max, tpot_max=args.tpot_max)
+            result["runs"].append({**s, "records": [r.to_dict() for r in err.partial.records],
+                                   "complete": False})
+        result["failure"] = err.failure
+    except ClientError as err:               # before any run: prompt lengths
+        result["failure"] = failure_record(None, str(err), time.perf_counter(),
+                                           during="prompt lengths (/tokenize)")
+    except KeyboardInterrupt:
+        result["failure"] = failure_record(None, "interrupted (KeyboardInterrupt)",
+                                           time.perf_counter())
+    args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
+    if result["complete"]:
+        print(f"results: {args.out}")
+        return 0
+    measured = sum(len(r["records"]) for r in result["runs"]) + sum(
+        len(r["records"]) for r in result.get("paired", {}).get("runs", []))
+    print(f"error: {result['failure']['error']}\nresults so far: {args.out} ({measured} "
+          f"requests measured; the failure recorded under 'failure')", file=sys.stderr)
+    return INCOMPLETE
+
+
+def _exactness(args, argv) -> int:
+    from ..decode import SamplingSettings
+    from . import exactness as ex
+
+    try:
+        endpoint = _endpoint("--endpoint", args.endpoint, args)
+        base = None if args.baseline is None else _endpoint("--baseline", args.baseline, args)
+        for flag, value in (("--requests", args.requests), ("--max-tokens", args.max_tokens),
+                            ("--top-logprobs", args.top_logprobs),
+                            ("--prompts-per-language", args.prompts_per_language)):
+            if value < 1:
+                raise ValueError(f"{flag}: must be >= 1 (got {value})")
+        if not (math.isfinite(args.temperature) and args.temperature > 0):
+            raise ValueError(f"--temperature: must be > 0 with --exactness (got "
+                             f"{args.temperature:g}; at 0 every law is a point mass)")
+        if args.seed < 0:
+            raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
+        if not (0 < args.false_alarm < 1):
+            raise ValueError(f"--false-alarm: must be in (0, 1) (got {args.false_alarm})")
+        if args.tolerance is not None and not (0 <= args.tolerance < 0.5):
+            raise ValueError(f"--tolerance: must be in [0, 0.5) (got {args.tolerance})")
+        for flag in ("--rate", "--concurrency", "--repeats", "--ttft-max", "--tpot-max"):
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise ValueError(f"{flag}: not used with --exactness")
+        if args.exactness == "reported":
+            for flag in ("--target", "--draft", "--top-k"):
+                if getattr(args, flag[2:].replace("-", "_")) is not None:
+                    raise ValueError(f"{flag}: only with --exactness model")
+            if args.temperature != 1 and not args.post_sampling_probs:
+                raise ValueError(f"--temperature {args.temperature:g}: servers report the "
+                                 "raw law (temperature 1); give --post-sampling-probs "
+                                 "(llama.cpp) or --temperature 1")
+            models = (None, None)
+        else:
+            if args.target is None:
+                raise ValueError("--target: --exactness model needs the book's target "
+                                 "model (e.g. --target target)")
+            if args.post_sampling_probs:
+                raise ValueError("--post-sampling-probs: only with --exactness reported")
+            if args.tolerance is None and base is None:
+                raise ValueError("--tolerance: give it, or --baseline URL (a plain server "
+                                 "of the same target) to measure it")
+            from ..nn import load_model
+            try:
+                models = (load_model(args.target),
+                          None if args.draft is None else load_model(args.draft))
+            except (KeyError, FileNotFoundError, ValueError) as err:
+                raise ValueError(f"--target/--draft: {err}") from None
+        settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k)
+        prompts = [p for ps in _prompts(args).values() for p in ps]
+        if not args.out.parent.is_dir() or args.out.is_dir():
+            raise ValueError(f"--out: {str(args.out)!r} must name a file in an existing "
+                             "directory")
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = {"schema": SCHEMA, "command": list(sys.argv if argv is None else argv),
+              "endpoint": {"url": endpoint.url, "api": endpoint.api, "model": endpoint.model}}
+    try:
+        tolerance = args.tolerance or 0.0
+        if args.exactness == "model" and args.tolerance is None:
+            measured = ex.engine_disagreement(base, prompts, models[0], settings,
+                                              seed=args.seed)
+            result["disagreement"] = measured
+            tolerance = measured["max_tv"]
+            print(f"numpy and the engine: max per-token TV {measured['max_tv']:.2e} over "
+                  f"{measured['positions']} positions (the tolerance)")
+        check = ex.served_pertoken_check(
+            endpoint, prompts, requests=args.requests, max_tokens=args.max_tokens,
+            settings=settings, laws=args.exactness, target=models[0], draft=models[1],
+            seed=args.seed, false_alarm=args.false_alarm, tolerance=tolerance,
+            top_logprobs=args.top_logprobs, post_sampling_probs=args.post_sampling_probs)
+    except (ClientError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    result["exactness"] = check.to_dict()
+    verdict = "pass" if check.passed else "FAIL"
+    pvals = ", ".join(f"{k} {v:.2e}" for k, v in check.adjusted.items())
+    print(f"per-token exactness: {verdict} ({check.tokens} tokens in {check.requests} "
+          f"requests; Holm-adjusted p-values {pvals}; false alarm {check.false_alarm:g}; "
+          f"detectable per-token TV {check.detectable_tv:.4f} at power {check.power:g}; "
+          f"{check.extra['seconds']:.1f} s)")
+    if check.message:
+        print(check.message)
     args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
     print(f"results: {args.out}")
-    return 0
+    return 0 if check.passed else 1
 
 
 def _endpoint(flag: str, url: str, args) -> Endpoint:

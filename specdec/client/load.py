@@ -14,12 +14,17 @@ the paired, interleaved baseline-versus-speculative protocol of chapter 8.
   inside every repeat, in an order that rotates with the repeat; speedups are paired
   (same repeat, language, prompts) and reported as median and IQR.
 
+Nothing measured is lost: when a request fails (or the run is interrupted with Ctrl-C),
+these functions stop the run and raise :class:`RunFailed`, a :class:`ClientError` that
+holds the requests measured before the failure and a record of it (:func:`failure_record`).
+
 Used in Chapter 8.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,8 +37,9 @@ from ..measure import median_iqr, percentiles, quartiles, rotation
 from .stream import (ClientError, Endpoint, RequestRecord, RequestSpec, run_async,
                      stream_request)
 
-__all__ = ["arrival_times", "Run", "closed_loop", "open_loop", "goodput", "summarize_run",
-           "acceptance", "NoTokenizer", "tokenize", "prompt_lengths", "paired"]
+__all__ = ["arrival_times", "Run", "RunFailed", "failure_record", "closed_loop", "open_loop",
+           "goodput", "summarize_run", "acceptance", "NoTokenizer", "tokenize",
+           "prompt_lengths", "paired"]
 
 Progress = Callable[[int], None]
 
@@ -100,34 +106,130 @@ class Run:
                 "requests": [r.to_dict() for r in self.records]}
 
 
-async def _closed(endpoint, specs, concurrency, clock, progress, client):
+def failure_record(request: str | None, error: str, clock_value: float, **where) -> dict:
+    """What a results file records of the failure that stopped a run.
+
+    Parameters
+    ----------
+    request : str or None
+        Id of the request that failed (None: the run was interrupted between requests).
+    error : str
+        The error's message.
+    clock_value : float
+        The run's clock when the failure was seen (the clock of the records' time stamps).
+    **where
+        Where it happened: ``setting``, ``load``, ``after`` (seconds into the run), and
+        for :func:`paired` ``repeat`` and ``language``.
+
+    Returns
+    -------
+    dict
+        ``request``, ``error``, ``time_utc`` (ISO 8601, milliseconds), ``clock`` and
+        ``where``'s items.
+    """
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    return {"request": request, "error": error, "time_utc": now, "clock": clock_value,
+            **where}
+
+
+class RunFailed(ClientError):
+    """A run stopped before its end: a request failed (the message names it, as
+    :class:`ClientError` does) or the run was interrupted (Ctrl-C).
+
+    Attributes
+    ----------
+    failure : dict
+        :func:`failure_record`: which request, what error, when, in which run.
+    partial : Run or dict
+        What was measured before it: from :func:`closed_loop` and :func:`open_loop` a
+        :class:`Run` of the requests that completed (in the order given; ``wall`` up to
+        the failure); from :func:`paired`, its output over the runs done so far (the
+        interrupted run last, ``"complete": False``).
+    """
+
+    def __init__(self, message: str, failure: dict, partial):
+        super().__init__(message)
+        self.failure = failure
+        self.partial = partial
+
+
+class _RequestFailed(Exception):
+    def __init__(self, spec: RequestSpec, error: ClientError, at: float):
+        super().__init__(str(error))
+        self.spec, self.error, self.at = spec, error, at
+
+
+async def _measured(client, endpoint, spec, clock, out, i, progress):
+    try:
+        out[i] = await stream_request(client, endpoint, spec, clock)
+    except ClientError as err:
+        raise _RequestFailed(spec, err, clock()) from None
+    if progress:
+        progress(1)
+
+
+async def _all_or_none(coros) -> None:
+    """Run ``coros`` concurrently; at the first exception cancel the others and raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _closed(endpoint, specs, concurrency, clock, progress, client, out):
     queue = list(enumerate(specs))[::-1]
-    out: list[RequestRecord | None] = [None] * len(specs)
 
     async def worker():
         while queue:
             i, spec = queue.pop()
-            out[i] = await stream_request(client, endpoint, spec, clock)
-            if progress:
-                progress(1)
+            await _measured(client, endpoint, spec, clock, out, i, progress)
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(specs)))))
-    return out
+    await _all_or_none(worker() for _ in range(min(concurrency, len(specs))))
 
 
-async def _open(endpoint, specs, times, clock, progress, client):
+async def _open(endpoint, specs, times, clock, progress, client, out):
     t0 = clock()
 
-    async def one(spec, at):
+    async def one(i, spec, at):
         delay = at - (clock() - t0)
         if delay > 0:
             await asyncio.sleep(delay)
-        rec = await stream_request(client, endpoint, spec, clock)
-        if progress:
-            progress(1)
-        return rec
+        await _measured(client, endpoint, spec, clock, out, i, progress)
 
-    return await asyncio.gather(*(one(s, float(t)) for s, t in zip(specs, times)))
+    await _all_or_none(one(i, s, float(t)) for i, (s, t) in enumerate(zip(specs, times)))
+
+
+def _run(measure, n: int, connections: int, clock, load: dict, setting: str) -> Run:
+    """Drive ``measure(client, out)`` and make its :class:`Run`; raise :class:`RunFailed`
+    with the requests measured so far when a request fails or Ctrl-C interrupts it."""
+    out: list[RequestRecord | None] = [None] * n
+    started: list[float] = []
+
+    async def main():
+        async with _client(connections) as client:
+            started.append(clock())
+            await measure(client, out)
+            return clock() - started[0]
+
+    try:
+        wall = run_async(main)
+    except _RequestFailed as err:
+        at, request, error = err.at, err.spec.id, str(err.error)
+        message = error
+    except KeyboardInterrupt:
+        at, request, error = clock(), None, "interrupted (KeyboardInterrupt)"
+        message = f"run {setting or dict(load)}: {error}"
+    else:
+        return Run(tuple(out), wall, load, setting)
+    t0 = started[0] if started else at
+    failure = failure_record(request, error, at, setting=setting, load=dict(load),
+                             after=at - t0)
+    done = tuple(r for r in out if r is not None)
+    raise RunFailed(message, failure, Run(done, at - t0, load, setting))
 
 
 def _client(connections: int) -> httpx.AsyncClient:
@@ -145,22 +247,22 @@ def closed_loop(endpoint: Endpoint, specs: Sequence[RequestSpec], concurrency: i
                 progress: Progress | None = None, setting: str = "") -> Run:
     """Run ``specs`` with ``concurrency`` requests in flight at all times.
 
-    Requests start in the order given; records come back in that order. Raises
-    :class:`~specdec.client.stream.ClientError` for the first request that fails.
+    Requests start in the order given; records come back in that order.
+
+    Raises
+    ------
+    RunFailed
+        At the first request that fails (requests still in flight are cancelled) or at
+        Ctrl-C, with the requests measured before it (``partial``) and the failure.
     """
     if not (isinstance(concurrency, int) and concurrency >= 1):
         raise ValueError(f"concurrency: must be an integer >= 1 (got {concurrency!r})")
     if not specs:
         raise ValueError("specs: needs at least one request")
-
-    async def main():
-        async with _client(concurrency) as client:
-            t0 = clock()
-            recs = await _closed(endpoint, specs, concurrency, clock, progress, client)
-            return recs, clock() - t0
-
-    recs, wall = run_async(main)
-    return Run(tuple(recs), wall, {"kind": "closed", "concurrency": concurrency}, setting)
+    return _run(lambda client, out: _closed(endpoint, specs, concurrency, clock, progress,
+                                            client, out),
+                len(specs), concurrency, clock, {"kind": "closed", "concurrency": concurrency},
+                setting)
 
 
 def open_loop(endpoint: Endpoint, specs: Sequence[RequestSpec], rate: float,
@@ -168,20 +270,20 @@ def open_loop(endpoint: Endpoint, specs: Sequence[RequestSpec], rate: float,
               clock: Callable[[], float] = time.perf_counter,
               progress: Progress | None = None, setting: str = "") -> Run:
     """Send ``specs`` at the arrival times of :func:`arrival_times` (``rate`` requests/s),
-    whether or not earlier requests have finished."""
+    whether or not earlier requests have finished.
+
+    Raises
+    ------
+    RunFailed
+        As :func:`closed_loop` does.
+    """
     if not specs:
         raise ValueError("specs: needs at least one request")
     times = arrival_times(len(specs), rate, burstiness, rng)
-
-    async def main():
-        async with _client(len(specs)) as client:
-            t0 = clock()
-            recs = await _open(endpoint, specs, times, clock, progress, client)
-            return recs, clock() - t0
-
-    recs, wall = run_async(main)
-    return Run(tuple(recs), wall, {"kind": "open", "rate": float(rate),
-                                   "burstiness": float(burstiness)}, setting)
+    return _run(lambda client, out: _open(endpoint, specs, times, clock, progress, client,
+                                          out),
+                len(specs), len(specs), clock, {"kind": "open", "rate": float(rate),
+                                                "burstiness": float(burstiness)}, setting)
 
 
 def goodput(records: Sequence[RequestRecord], wall: float, *, ttft_max: float | None = None,
@@ -238,10 +340,12 @@ def summarize_run(run: Run, *, ttft_max: float | None = None,
     """
     recs = run.records
     tokens = sum(r.completion_tokens for r in recs)
+    per_s = (lambda x: x / run.wall) if run.wall > 0 else (lambda x: math.nan)  # a run cut short
     return {"setting": run.setting, "load": dict(run.load), "requests": len(recs),
             "wall": run.wall, "completion_tokens": tokens,
-            "output_throughput": tokens / run.wall, "request_throughput": len(recs) / run.wall,
-            "goodput": goodput(recs, run.wall, ttft_max=ttft_max, tpot_max=tpot_max),
+            "output_throughput": per_s(tokens), "request_throughput": per_s(len(recs)),
+            "goodput": goodput(recs, run.wall, ttft_max=ttft_max, tpot_max=tpot_max)
+            if run.wall > 0 else math.nan,
             "ttft_max": ttft_max, "tpot_max": tpot_max,
             "ttft": _pcts(r.ttft for r in recs), "tpot": _pcts(r.tpot for r in recs),
             "itl": _pcts(g for r in recs for g in r.itls),
@@ -334,10 +438,19 @@ def paired(endpoints: Mapping[str, Endpoint], prompts: Mapping[str, Sequence[str
     -------
     dict
         ``runs``: one summary per (repeat, language, setting) (:func:`summarize_run`,
-        plus ``repeat``, ``language``, ``records``); ``rows``: per (language, setting),
-        medians and IQRs over repeats of output throughput, TTFT p50, TPOT p50, ITL p99,
-        acceptance, and against the baseline ``speedup`` (median of the paired ratios),
-        ``speedup_q1``, ``speedup_q3`` (their quartiles) and ``speedup_iqr``.
+        plus ``repeat``, ``language``, ``records``, ``complete``); ``rows``: per
+        (language, setting), medians and IQRs over repeats of output throughput, TTFT
+        p50, TPOT p50, ITL p99, acceptance, and against the baseline ``speedup`` (median
+        of the paired ratios), ``speedup_q1``, ``speedup_q3`` (their quartiles) and
+        ``speedup_iqr``; ``complete``.
+
+    Raises
+    ------
+    RunFailed
+        When a request fails or Ctrl-C interrupts: ``partial`` is this dict over the runs
+        done so far, the interrupted one last with ``"complete": False`` (rows from
+        complete runs, speedups from repeats with both runs complete); the failure
+        names the repeat and language.
     """
     from .stream import plain_sampling
 
@@ -348,15 +461,40 @@ def paired(endpoints: Mapping[str, Endpoint], prompts: Mapping[str, Sequence[str
     sampling = plain_sampling(1.0) if sampling is None else dict(sampling)
     names = list(endpoints)
     runs = []
+
+    def output(complete: bool) -> dict:
+        return {"protocol": "paired, interleaved: settings in rotating order inside every "
+                            "repeat and language; request k has seed seed + k in every setting",
+                "baseline": baseline, "repeats": repeats, "max_tokens": max_tokens,
+                "concurrency": concurrency, "seed": seed, "sampling": sampling,
+                "endpoints": {k: {"url": e.url, "api": e.api, "model": e.model}
+                              for k, e in endpoints.items()},
+                "rows": _paired_rows(runs, prompts, names, baseline), "runs": runs,
+                "complete": complete}
+
     for r in range(repeats):
         for lang, ps in prompts.items():
             specs = [RequestSpec(f"{lang}-{k}", p, max_tokens, sampling, seed + k, lang)
                      for k, p in enumerate(ps)]
             for name in rotation(names, r):
-                run = closed_loop(endpoints[name], specs, concurrency, clock=clock,
-                                  progress=progress, setting=name)
+                failed = None
+                try:
+                    run = closed_loop(endpoints[name], specs, concurrency, clock=clock,
+                                      progress=progress, setting=name)
+                except RunFailed as err:
+                    run, failed = err.partial, err
+                    failed.failure.update(repeat=r, language=lang)
                 runs.append({"repeat": r, "language": lang, **summarize_run(run),
-                             "records": [rec.to_dict() for rec in run.records]})
+                             "records": [rec.to_dict() for rec in run.records],
+                             "complete": failed is None})
+                if failed is not None:
+                    raise RunFailed(str(failed), failed.failure, output(False)) from None
+    return output(True)
+
+
+def _paired_rows(runs: list, prompts, names: list, baseline: str) -> list:
+    """The rows of :func:`paired` from its complete runs."""
+    runs = [x for x in runs if x["complete"]]
     rows = []
     for lang in prompts:
         base = {x["repeat"]: x for x in runs if x["language"] == lang and x["setting"] == baseline}
@@ -370,16 +508,10 @@ def paired(endpoints: Mapping[str, Endpoint], prompts: Mapping[str, Sequence[str
                              ("acceptance", lambda x: x["acceptance"])):
                 vals = [get(x) for x in mine if math.isfinite(get(x))]
                 row[key], row[key + "_iqr"] = median_iqr(vals) if vals else (math.nan, math.nan)
-            if name != baseline:
-                ratio = [x["output_throughput"] / base[x["repeat"]]["output_throughput"]
-                         for x in mine]
+            ratio = [x["output_throughput"] / base[x["repeat"]]["output_throughput"]
+                     for x in mine if x["repeat"] in base]
+            if name != baseline and ratio:
                 q1, row["speedup"], q3 = quartiles(ratio)
                 row["speedup_q1"], row["speedup_q3"], row["speedup_iqr"] = q1, q3, q3 - q1
             rows.append(row)
-    return {"protocol": "paired, interleaved: settings in rotating order inside every repeat "
-                        "and language; request k has seed seed + k in every setting",
-            "baseline": baseline, "repeats": repeats, "max_tokens": max_tokens,
-            "concurrency": concurrency, "seed": seed, "sampling": sampling,
-            "endpoints": {k: {"url": e.url, "api": e.api, "model": e.model}
-                          for k, e in endpoints.items()},
-            "rows": rows, "runs": runs}
+    return rows

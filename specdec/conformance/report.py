@@ -200,13 +200,31 @@ class CaseResult:
 
 
 def _fmt_p(x: float) -> str:
+    """A p-value: 2 significant digits, below 0.001 as ``3.2 × 10⁻⁵`` (:func:`_fmt_level`),
+    ``< 10⁻³⁰⁰`` when it underflows to 0 (a p-value is never exactly 0; a Holm-adjusted
+    p-value is capped at 1)."""
     if x != x:
         return "n/a"
-    return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
+    if x <= 0:
+        return "< " + _fmt_level(1e-300)
+    return f"{x:.2g}" if x >= 1e-3 else _fmt_level(x)
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def _fmt_level(x: float) -> str:
+    """A probability such as a false-alarm level as the book writes it: ``10⁻⁶``,
+    ``2.5 × 10⁻⁷``; from 0.001 on as a decimal (``0.001``, ``0.05``)."""
+    if not 0 < x < 1e-3:
+        return f"{x:g}"
+    mantissa, exponent = f"{x:.1e}".split("e")
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    return power if float(mantissa) == 1 else f"{float(mantissa):g} \u00d7 {power}"
 
 
 def _fmt_tv(x: float) -> str:
-    return f"{x:.4f}" if x >= 1e-3 else f"{x:.1e}"
+    return f"{x:.4f}" if x >= 1e-3 or x == 0 else _fmt_level(x)
 
 
 def _fmt_n(x: float) -> str:
@@ -339,7 +357,7 @@ class Report:
             f"Verdicts: exactness (the law) {yes[self.exact]}; accounting "
             f"{yes[self.accounting_ok]}; efficiency "
             f"{'warning' if self.warnings else 'no warning'}.",
-            f"False-alarm probability of the whole battery <= {self.false_alarm:g} "
+            f"False-alarm probability of the whole battery <= {_fmt_level(self.false_alarm)} "
             f"({self.correction.capitalize()} over {self.n_tests} statistical checks); "
             f"detectable TV at power {self.power:g}; TV intervals at {self.confidence:.0%}.",
         ]
