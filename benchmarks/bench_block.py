@@ -8,7 +8,7 @@ Prints, from a single run:
 * the vectorised generation engine (:func:`specdec.block.simulate_generation`): cycles
   and tokens per second when many sequences advance in parallel;
 * the scalar reference cycle (:func:`specdec.block.speculative_cycle`), for the ratio;
-* the time of the exact enumeration (:func:`specdec.block.block_sequence_law`) for each
+* the time of the exact enumeration (:func:`specdec.stateful.block_sequence_law`) for each
   variant at the largest size used in the book (length 6, gamma 4).
 
 Models: the default toy pair (V = 4 with EOS) for cycles and enumeration, the same pair
@@ -28,7 +28,7 @@ import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from specdec import block, flaws, models  # noqa: E402
+from specdec import block, models, stateful  # noqa: E402
 from _common import best_time, pin_to_one_core  # noqa: E402
 
 REPEATS = 3
@@ -68,8 +68,8 @@ def main() -> int:
         print(f"ratio vectorised / scalar at gamma {gamma}: {rates[gamma] / scalar[gamma]:8.0f}")
 
     print(f"\n{'exact enumeration, L = 6, gamma = 4':42s} {'seconds':>12s} {'sequences':>12s}")
-    for variant in flaws.CYCLE_RULES:
-        t, law = best_time(lambda: block.block_sequence_law(p, q, (), 4, 6, variant), repeats=1)
+    for variant in stateful.CYCLE_RULES:
+        t, law = best_time(lambda: stateful.block_sequence_law(p, q, (), 4, 6, variant), repeats=1)
         print(f"{variant.name:42s} {t:12.2f} {len(law):12d}")
     return 0
 

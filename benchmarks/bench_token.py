@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from specdec.simulate import article_reference_run, simulate_step  # noqa: E402
 from _common import best_time, pin_to_one_core  # noqa: E402
-from specdec.flaws import CORRECT, FALLBACK_P, STEP_RULES  # noqa: E402
+from specdec.tokenrule import FALLBACK_P, STEP_RULES, TOKEN  # noqa: E402
 from specdec.token import ARTICLE_P, ARTICLE_Q, rejection_probability, sample_step  # noqa: E402
 
 TRIALS = 200_000_000  # engine trials per repeat
@@ -38,7 +38,7 @@ PY_TRIALS = 200_000  # the article's run
 SCALAR_STEPS = 20_000  # token.sample_step calls
 CHUNK = 2**20
 REPEATS = 3
-RULES_MAIN = (CORRECT, FALLBACK_P)
+RULES_MAIN = (TOKEN, FALLBACK_P)
 
 
 

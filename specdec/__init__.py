@@ -6,20 +6,25 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.verify`: the verification kernel (accept, residual, bonus over rows x
   gamma, ragged drafts) that every sampler of the library calls, and the one
   inverse-CDF draw.
-- :mod:`specdec.flaws`: the step and cycle rules as named objects, the correct one and one
-  per bug (a new flawed step or cycle rule is one class there that overrides the part it
-  gets wrong, one instance, and its entry in ``STEP_FLAWS`` or ``CYCLE_FLAWS``).
-- :mod:`specdec.token`: one speculative step's exact output law under any step rule.
+- :mod:`specdec.tokenrule`: token-by-token verification as one rule object (its samplers
+  call the kernel) and its flaws, one object per bug (a new flaw is one subclass that
+  overrides the hook it gets wrong, one instance, and its entry in ``STEP_FLAWS``).
+- :mod:`specdec.rules`: the registry of every verification rule and flaw, by name.
+- :mod:`specdec.token`: one speculative step's exact output law under any token rule.
 - :mod:`specdec.simulate`: Monte Carlo engines (vectorised numpy, and the article's protocol).
-- :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed.
+- :mod:`specdec.stats`: standard errors, goodness of fit, power and trials needed;
+  :mod:`specdec.kitstats`: the conformance kit's statistics (pooled chi-square, Holm).
 - :mod:`specdec.pertoken`: per-token exactness (every emitted token, randomised PIT, Holm).
-- :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles.
+- :mod:`specdec.models`, :mod:`specdec.block`: toy autoregressive models and block cycles;
+  :mod:`specdec.stateful`: the block cycle's rules (correct and stateful bugs) and exact
+  laws; :mod:`specdec.accounting`: honest and inflated throughput figures of a run.
 - :mod:`specdec.cost`: expected tokens per cycle, speedup, sweeps, best draft length, for
   a constant alpha or any workload (one function per quantity).
 - :mod:`specdec.workloads`: acceptance that depends on context or draft position, with the
-  regime carried across cycles (exact Markov renewal-reward laws), and cycle dependence.
+  regime carried across cycles (exact Markov renewal-reward laws);
+  :mod:`specdec.dependence`: dependence between consecutive cycles, measured.
 - :mod:`specdec.cycles`: exact laws of stateless verification rules (draft paths, cycle
-  outcomes, the sequence-law dynamic programme shared by the four modules below).
+  outcomes) and the one sequence-law dynamic programme over cycle states.
 - :mod:`specdec.blockverify`: block verification (Sun et al.), the paper's 10/9 and 11/9,
   the sum-of-minima bound (12/9 there, not attained), and its flawed variants.
 - :mod:`specdec.optimality`: the linear program over every exact verifier of one cycle

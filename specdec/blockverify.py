@@ -20,12 +20,12 @@ Eqs. 4-5):
 A draft block that ends with EOS has no bonus position: ``tau = k`` then emits the block.
 (This equals the paper's rule on models padded after EOS, where draft and target agree.)
 
-The two exact rules are objects (:class:`specdec.cycles.ChainRule`): :data:`TOKEN`
-(token by token) and :data:`BLOCK` (Sun et al.). Block verification's hooks
+The rule is an object (:class:`specdec.cycles.ChainRule`), :data:`BLOCK` (Sun et al.),
+compared with token-by-token verification, :data:`specdec.tokenrule.TOKEN`. Block verification's hooks
 (:meth:`BlockVerification.tau_law` and :meth:`BlockVerification.accepted_length`, the
 stopping rule; :meth:`BlockVerification.residual_weight`, the corrected token's law) are
 what the flawed variants that real implementations shipped override, each one object in
-:mod:`specdec.flaws` (:data:`specdec.flaws.BLOCK_FLAWS`: ``TOKEN_RESIDUAL``,
+this module (:data:`BLOCK_FLAWS`: ``TOKEN_RESIDUAL``,
 ``FIRST_FAILURE``).
 
 The module also gives the paper's worked example in exact fractions
@@ -54,16 +54,20 @@ import numpy as np
 from . import cycles
 from .cycles import DraftPath, LawOracle
 from .laws import check_int
+from .tokenrule import TOKEN
 from .models import check_prefix
 
 __all__ = [
     "block_weights",
     "stopping_probabilities",
-    "TokenByToken",
     "BlockVerification",
-    "TOKEN",
     "BLOCK",
     "RULES",
+    "TokenResidual",
+    "FirstFailure",
+    "TOKEN_RESIDUAL",
+    "FIRST_FAILURE",
+    "BLOCK_FLAWS",
     "accepted_bound",
     "PaperExample",
     "paper_example",
@@ -84,12 +88,6 @@ def block_weights(path: DraftPath) -> list:
     return w
 
 
-def _residual(w, p, q) -> tuple[list, object]:
-    """``max(w p - q, 0)`` and its mass."""
-    plus = [max(w * a - b, 0 * b) for a, b in zip(p, q)]
-    return plus, sum(plus)
-
-
 def stopping_probabilities(path: DraftPath) -> list:
     """``h_0 .. h_k`` of block verification (``h_0 = 1``: tau is 0 when no later one passes).
 
@@ -101,22 +99,12 @@ def stopping_probabilities(path: DraftPath) -> list:
     one = w[0]
     h = [one]
     for i in range(1, k):
-        _, z = _residual(w[i], path.p[i], path.q[i])
+        _, z = cycles.residual_weights(w[i], path.p[i], path.q[i])
         den = z + one - w[i]
         h.append(z / den if den > 0 else one)
     if k:
         h.append(w[k])
     return h
-
-
-def _finish(path: DraftPath, tau: int, weight, law: list, total, out: list) -> None:
-    """Append the outcomes ``x_1..x_tau, Y`` with ``Y ~ law / total``."""
-    if weight <= 0 or total <= 0:
-        return
-    head = path.tokens[:tau]
-    for y, m in enumerate(law):
-        if m > 0:
-            out.append((weight * m / total, head + (y,), tau))
 
 
 def _emit(path: DraftPath, tau: int, law, u: float) -> tuple[tuple, int]:
@@ -127,47 +115,12 @@ def _emit(path: DraftPath, tau: int, law, u: float) -> tuple[tuple, int]:
 
 
 @dataclass(frozen=True, repr=False)
-class TokenByToken(cycles.ChainRule):
-    """Token-by-token verification (Leviathan et al. 2023, Algorithm 1): exact.
-
-    Accept ``x_i`` with probability ``min(1, p_i(x_i) / q_i(x_i))`` left to right; at the
-    first rejection emit a draw from ``(p_i - q_i)^+``; after a full acceptance a bonus
-    from ``p_{k+1}`` (none after EOS). The same law as :mod:`specdec.block`, in the
-    generic arithmetic of :mod:`specdec.cycles` (fractions stay exact).
-    """
-
-    name: ClassVar[str] = "token"
-
-    def verify(self, path):
-        out: list = []
-        run = path.prob * 0 + 1
-        for i, x in enumerate(path.tokens):
-            p, q = path.p[i], path.q[i]
-            a = min(p[x] / q[x], run * 0 + 1)
-            plus, z = _residual(1, p, q)
-            _finish(path, i, run * (1 - a), plus, z, out)
-            run = run * a
-        return out + cycles.full_acceptance(path, run)
-
-    def sample_path(self, path, rng):
-        k = len(path.tokens)
-        eta = rng.random(k)
-        tau = next((i for i, x in enumerate(path.tokens)
-                    if not eta[i] * path.q[i][x] < path.p[i][x]), k)
-        if tau < k:
-            law = np.maximum(np.array(path.p[tau]) - np.array(path.q[tau]), 0.0)
-        else:
-            law = None if path.ends else path.p[k]
-        return _emit(path, tau, law, rng.random())
-
-
-@dataclass(frozen=True, repr=False)
 class BlockVerification(cycles.ChainRule):
     """Block verification (Sun et al. 2025, Algorithm 2): exact, never fewer accepted tokens.
 
     The accepted length ``tau`` is the last ``i`` whose uniform passes (``eta_i <= h_i``);
     the corrected token is drawn from the block residual ``(w_tau p_{tau+1} - q_{tau+1})^+``.
-    The three hooks below are the places the flaws of :mod:`specdec.flaws` override.
+    The three hooks below are the places the flaws of this module override.
     """
 
     name: ClassVar[str] = "block"
@@ -196,8 +149,8 @@ class BlockVerification(cycles.ChainRule):
         k = len(path.tokens)
         out: list = []
         for tau in range(k):
-            law, z = _residual(self.residual_weight(w, tau), path.p[tau], path.q[tau])
-            _finish(path, tau, taus[tau], law, z, out)
+            law, z = cycles.residual_weights(self.residual_weight(w, tau), path.p[tau], path.q[tau])
+            cycles.append_outcomes(path, tau, taus[tau], law, z, out)
         return out + cycles.full_acceptance(path, taus[k])
 
     def sample_path(self, path, rng):
@@ -213,12 +166,68 @@ class BlockVerification(cycles.ChainRule):
         return _emit(path, tau, law, rng.random())
 
 
-#: Token-by-token verification.
-TOKEN = TokenByToken()
 #: Sun et al.'s block verification.
 BLOCK = BlockVerification()
-#: The exact rules of this module (the flawed ones are :data:`specdec.flaws.BLOCK_FLAWS`).
+#: The exact chain rules Appendix A4 compares: token by token (:data:`specdec.tokenrule.TOKEN`)
+#: and block verification.
 RULES: tuple[cycles.ChainRule, ...] = (TOKEN, BLOCK)
+
+
+# ------------------------------------------------------------------------------ flaws
+
+
+@dataclass(frozen=True, repr=False)
+class TokenResidual(BlockVerification):
+    """Block verification's accepted length, but the corrected token from the token-level residual.
+
+    After ``tau`` accepted tokens the correction must come from the block residual
+    ``(w_tau p_{tau+1} - q_{tau+1})^+``; this variant draws it from ``(p - q)^+``, the
+    token-by-token residual. It accepts exactly as often as the correct rule, so an
+    acceptance dashboard cannot see it. Shipped in vllm-ascend's rejection sampler: issue
+    vllm-project/vllm-ascend#7807 ("``sample_recovered_tokens`` draws tokens from the same
+    distribution, regardless of whether block_verify is enabled"), fixed by PR #7808.
+    """
+
+    name: ClassVar[str] = "token_residual"
+    exact: ClassVar[bool] = False
+
+    def residual_weight(self, w, tau):
+        return w[0]                                 # 1: the token-level residual
+
+
+@dataclass(frozen=True, repr=False)
+class FirstFailure(BlockVerification):
+    """Block verification whose scan stops at the first failing position (``eta_i > h_i``).
+
+    Block verification keeps the *last* position that passes, not the contiguous run of
+    passes before the first failure: ``P(tau = i) = h_i prod_{j > i} (1 - h_j)``. Stopping
+    at the first failure, the contiguous-prefix reflex of token-by-token verification,
+    changes the law and also accepts fewer tokens. Asked for in a review of
+    vllm-project/vllm-ascend PR #11985 (the port of block verification to its model
+    runner V2: "If a token at step i is rejected (u > h), all subsequent tokens must ...").
+    """
+
+    name: ClassVar[str] = "first_failure"
+    exact: ClassVar[bool] = False
+
+    def tau_law(self, h):
+        k = len(h) - 1
+        out, run = [], h[0]
+        for i in range(k + 1):
+            nxt = h[i + 1] if i < k else None
+            out.append(run if nxt is None else run * (1 - nxt))
+            if nxt is not None:
+                run = run * nxt
+        return out
+
+    def accepted_length(self, passed):
+        return next((i - 1 for i in range(1, len(passed)) if not passed[i]), len(passed) - 1)
+
+
+TOKEN_RESIDUAL = TokenResidual()
+FIRST_FAILURE = FirstFailure()
+#: Flaws of block verification, in the order of Appendix A4.
+BLOCK_FLAWS: tuple[BlockVerification, ...] = (TOKEN_RESIDUAL, FIRST_FAILURE)
 
 
 def _oracle_and_ctx(target, draft, prefix):

@@ -1,15 +1,14 @@
 """Exact laws of stateless verification rules: draft paths, cycle outcomes, sequence laws.
 
-The rules of :mod:`specdec.blockverify`, :mod:`specdec.multidraft`, :mod:`specdec.matching`
-and :mod:`specdec.lossy` all share one shape. A **cycle** starts from the emitted text,
-drafts (a chain of ``gamma`` tokens, or a tree), lets the target score every drafted
-position in one pass, and emits an accepted prefix plus one token chosen by the target;
-the next cycle starts from the emitted text and nothing else (no state is carried over).
-So the law of the first ``length`` emitted tokens follows from the law of one cycle's
-outcomes by a dynamic programme over the emitted text, which this module runs once for
-all of them (:func:`rule_sequence_law`).
+The rules of :mod:`specdec.tokenrule`, :mod:`specdec.blockverify`, :mod:`specdec.multidraft`,
+:mod:`specdec.matching` and :mod:`specdec.lossy` share one shape. A **cycle** starts from
+the emitted text, drafts (a chain of ``gamma`` tokens, or a tree), lets the target score
+every drafted position in one pass, and emits an accepted prefix plus one token chosen by
+the target; the next cycle starts from the emitted text alone. The law of the first
+``length`` emitted tokens then follows by the one dynamic programme over cycle states
+(:func:`cycle_state_law`; :func:`rule_sequence_law` for these rules).
 
-A cycle's law is a list of **outcomes** ``(probability, emitted, n_accepted)``: the
+A cycle's law is a list of **outcomes** (:class:`Outcome`): the
 tokens the cycle appends to the text (a tuple, 1 to ``gamma + 1`` tokens, ending at EOS
 if one is emitted) and how many drafted tokens were accepted. Chain rules are written as
 a *verifier* applied to each **draft path** (:class:`DraftPath`: the drafted tokens, their
@@ -27,8 +26,8 @@ cycle, from which its sequence law, accepted-count law and mean follow
 and :meth:`Rule.sample`, the reference procedure that draws one cycle with explicit
 uniforms. The exact rules live in their modules (:data:`specdec.blockverify.BLOCK`,
 :data:`specdec.matching.MATCHING`, :class:`specdec.multidraft.RecursiveRejection`,
-:class:`specdec.lossy.Lossy`); each flaw is one subclass in :mod:`specdec.flaws`.
-:class:`RuleSampler` is the one adapter that hands any rule to the conformance kit as a
+:class:`specdec.lossy.Lossy`); each flaw is one subclass in the module of its rule;
+:mod:`specdec.rules` registers them all. :class:`RuleSampler` is the one adapter that hands any rule to the conformance kit as a
 block sampler, with the accepted-count law of the rule declared beside it. Used in
 Chapter 5 and Appendix A4.
 
@@ -46,12 +45,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 from .laws import LawError, check_int, check_law
-from .models import ToyModel, check_prefix
+from .models import ToyModel, check_models, check_prefix
 from .verify import check_rng, draw
 
 __all__ = [
@@ -62,15 +61,17 @@ __all__ = [
     "fixed_oracle",
     "draft_paths",
     "chain_outcomes",
+    "residual_weights",
+    "append_outcomes",
+    "cycle_state_law",
     "rule_sequence_law",
-    "accepted_count_law",
+    "canonical_context",
+    "outcome_accepted_law",
     "emitted_count_law",
     "mean_accepted",
-    "check_models",
     "tempered",
     "draw_weights",
     "path_accepted_law",
-    "real_paths",
     "draft_chain",
     "full_acceptance",
     "sample_full_acceptance",
@@ -79,27 +80,13 @@ __all__ = [
     "RuleSampler",
 ]
 
-#: ``(probability, emitted tokens, number of accepted drafted tokens)``.
-Outcome = tuple
+class Outcome(NamedTuple):
+    """One outcome of a stateless cycle: its probability (float or Fraction), the tokens it
+    appends to the text, the drafted tokens accepted (a plain 3-tuple is read the same)."""
 
-
-def check_models(target, draft) -> None:
-    """Both are :class:`~specdec.models.ToyModel` with the same vocabulary and EOS id.
-
-    Raises
-    ------
-    TypeError
-        A model is not a ToyModel.
-    ValueError
-        Vocabulary sizes or EOS ids differ.
-    """
-    for nm, m in (("target", target), ("draft", draft)):
-        if not isinstance(m, ToyModel):
-            raise TypeError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
-    if draft.eos != target.eos:
-        raise ValueError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")
+    probability: object
+    emitted: tuple
+    n_accepted: int
 
 
 def tempered(model: ToyModel, temperature: float, *, name: str | None = None) -> ToyModel:
@@ -186,7 +173,8 @@ class LawOracle:
         return hit
 
 
-def _canonical(target: ToyModel, draft: ToyModel) -> Callable:
+def canonical_context(target: ToyModel, draft: ToyModel) -> Callable:
+    """Function shortening a context to the suffix that fixes every future law of both models."""
     mems = (target.memory, draft.memory)
     if None in mems:
         return lambda ctx: ctx
@@ -204,7 +192,7 @@ def model_oracle(target: ToyModel, draft: ToyModel) -> LawOracle:
     """
     check_models(target, draft)
     return LawOracle(lambda c: target.next_law(c).tolist(), lambda c: draft.next_law(c).tolist(),
-                     target.vocab_size, target.eos, _canonical(target, draft))
+                     target.vocab_size, target.eos, canonical_context(target, draft))
 
 
 def fixed_oracle(p, q, *, eos: int | None = None) -> LawOracle:
@@ -338,14 +326,14 @@ def draft_paths(oracle: LawOracle, ctx: tuple, gamma: int, *, greedy: bool = Fal
     return out
 
 
-def chain_outcomes(verify: Callable, oracle: LawOracle, ctx: tuple, gamma: int, *,
+def chain_outcomes(path_law: Callable, oracle: LawOracle, ctx: tuple, gamma: int, *,
                    greedy: bool = False) -> list[Outcome]:
-    """Outcomes of one chain cycle: ``verify(path)`` applied to every draft path.
+    """Outcomes of one chain cycle: ``path_law(path)`` applied to every draft path.
 
     Parameters
     ----------
-    verify : callable
-        ``verify(path: DraftPath) -> list of (probability given the path, emitted,
+    path_law : callable
+        ``path_law(path: DraftPath) -> list of (probability given the path, emitted,
         n_accepted)``.
     oracle, ctx, gamma, greedy
         As in :func:`draft_paths`.
@@ -357,10 +345,35 @@ def chain_outcomes(verify: Callable, oracle: LawOracle, ctx: tuple, gamma: int, 
     """
     out = []
     for path in draft_paths(oracle, ctx, gamma, greedy=greedy):
-        for w, emitted, n_acc in verify(path):
+        for w, emitted, n_acc in path_law(path):
             if w > 0:
-                out.append((path.prob * w, emitted, n_acc))
+                out.append(Outcome(path.prob * w, emitted, n_acc))
     return out
+
+
+def residual_weights(w, p, q) -> tuple[list, object]:
+    """``max(w p - q, 0)`` entry by entry, and its sum (floats or fractions).
+
+    ``w = 1`` gives the token-level residual ``(p - q)^+`` of token-by-token verification;
+    block verification weighs ``p`` by its cumulative weight ``w_tau``.
+    """
+    plus = [max(w * a - b, 0 * b) for a, b in zip(p, q)]
+    return plus, sum(plus)
+
+
+def append_outcomes(path: DraftPath, tau: int, weight, law: list, total, out: list) -> None:
+    """Append to ``out`` the outcomes ``(weight law(y) / total, x_1..x_tau y, tau)`` of one branch.
+
+    The branch accepts the first ``tau`` drafted tokens of ``path`` and then emits one
+    token ``y`` drawn from the weights ``law`` (sum ``total``); nothing is appended when
+    ``weight`` or ``total`` is 0.
+    """
+    if weight <= 0 or total <= 0:
+        return
+    head = path.tokens[:tau]
+    for y, m in enumerate(law):
+        if m > 0:
+            out.append(Outcome(weight * m / total, head + (y,), tau))
 
 
 # --------------------------------------------------------------------------------------
@@ -368,16 +381,88 @@ def chain_outcomes(verify: Callable, oracle: LawOracle, ctx: tuple, gamma: int, 
 # --------------------------------------------------------------------------------------
 
 
+def cycle_state_law(start, cycle: Callable, advance: Callable, length: int, eos, *,
+                    key: Callable | None = None, cut_at_eos: bool = True) -> dict:
+    """Exact law of the first ``length`` emitted tokens of repeated cycles, over cycle states.
+
+    The one dynamic programme behind every sequence law of the library: the states
+    ``(text, state)`` are visited in order of text length, each distinct cycle is
+    enumerated once (memoised on ``key(state, need)``), and every outcome either finishes
+    the text (``length`` tokens reached, or EOS emitted) or moves its probability to the
+    state ``advance(state, outcome)`` after the longer text. Arithmetic is generic: floats
+    or fractions.
+
+    Parameters
+    ----------
+    start : hashable
+        The state of the first cycle (for example the canonical prompt context).
+    cycle : callable
+        ``cycle(state, need) -> list of outcomes``, each a tuple whose first two entries
+        are its probability and the tokens it emits; ``need`` is the number of tokens
+        still wanted (a cycle may stop enumerating past them).
+    advance : callable
+        ``advance(state, outcome) -> state`` of the next cycle (called for outcomes that
+        do not finish the text).
+    length : int
+        Number of emitted tokens whose law is computed (>= 1).
+    eos : int or None
+        End-of-sequence id: the text ends at an emitted EOS.
+    key : callable, optional
+        Memo key of a cycle, ``key(state, need)``; default ``state`` (the cycle does not
+        depend on ``need``).
+    cut_at_eos : bool
+        Cut the text after its first EOS (default). False keeps what a cycle emits past
+        an EOS in the key (a rule that does not stop at EOS).
+
+    Returns
+    -------
+    dict[tuple[int, ...], float or Fraction]
+        Sequence -> probability, keys as in :func:`specdec.models.sequence_law`.
+
+    References
+    ----------
+    Leviathan et al. (2023), App. A.1: each cycle's output law given its start state, by
+    induction over the cycles, gives the law of the text.
+    """
+    length = check_int(length, "length", minimum=1)
+    key = key or (lambda state, need: state)
+    memo: dict = {}
+    buckets = [defaultdict(int) for _ in range(length)]
+    buckets[0][((), start)] = 1
+    law: dict = defaultdict(int)
+    for level in range(length):
+        for (text, state), prob in buckets[level].items():
+            need = length - level
+            k = key(state, need)
+            outs = memo.get(k)
+            if outs is None:
+                outs = memo[k] = cycle(state, need)
+            for outcome in outs:
+                pr, emitted = outcome[0], outcome[1]
+                text2 = text + tuple(emitted)
+                if cut_at_eos and eos is not None and eos in text2:
+                    text2 = text2[: text2.index(eos) + 1]
+                if len(text2) >= length or (eos is not None and eos in text2):
+                    law[text2[:length]] += prob * pr
+                else:
+                    buckets[len(text2)][(text2, advance(state, outcome))] += prob * pr
+        buckets[level] = {}
+    return dict(law)
+
+
 def rule_sequence_law(cycle: Callable, oracle: LawOracle, prefix, length: int) -> dict:
     """Exact law of the first ``length`` tokens emitted by repeated stateless cycles.
+
+    A stateless cycle starts from the emitted text and nothing else, so the state of
+    :func:`cycle_state_law` is the context itself (cycles from contexts with the same
+    canonical form are enumerated once).
 
     Parameters
     ----------
     cycle : callable
         ``cycle(ctx) -> list of Outcome``: one cycle's outcomes from context ``ctx``.
     oracle : LawOracle
-        Supplies the vocabulary, the EOS id and the context canonicalisation (cycles
-        from contexts with the same canonical form are enumerated once).
+        Supplies the vocabulary, the EOS id and the context canonicalisation.
     prefix : sequence of int
         Prompt (no EOS).
     length : int
@@ -391,31 +476,12 @@ def rule_sequence_law(cycle: Callable, oracle: LawOracle, prefix, length: int) -
     """
     length = check_int(length, "length", minimum=1)
     prompt = check_prefix(prefix, oracle.vocab_size, eos=oracle.eos)
-    eos = oracle.eos
-    memo: dict = {}
-    buckets = [defaultdict(int) for _ in range(length)]
-    buckets[0][()] = 1
-    law: dict = defaultdict(int)
-    for level in range(length):
-        for text, prob in buckets[level].items():
-            ctx = prompt + text
-            key = oracle.canon(ctx)
-            outs = memo.get(key)
-            if outs is None:
-                outs = memo[key] = cycle(ctx)
-            for pr, emitted, _ in outs:
-                text2 = text + tuple(emitted)
-                if eos is not None and eos in text2:
-                    text2 = text2[: text2.index(eos) + 1]
-                if len(text2) >= length or (eos is not None and text2 and text2[-1] == eos):
-                    law[text2[:length]] += prob * pr
-                else:
-                    buckets[len(text2)][text2] += prob * pr
-        buckets[level] = {}
-    return dict(law)
+    return cycle_state_law(prompt, lambda ctx, need: cycle(ctx),
+                           lambda ctx, outcome: ctx + tuple(outcome[1]), length, oracle.eos,
+                           key=lambda ctx, need: oracle.canon(ctx))
 
 
-def accepted_count_law(outcomes, max_accepted: int) -> list:
+def outcome_accepted_law(outcomes, max_accepted: int) -> list:
     """Law of the number of accepted drafted tokens in one cycle.
 
     Returns
@@ -447,7 +513,7 @@ def mean_accepted(outcomes):
 # --------------------------------------------------------------------------------------
 
 
-def path_accepted_law(path: DraftPath, verify: Callable) -> list:
+def path_accepted_law(path: DraftPath, path_law: Callable) -> list:
     """Law of the accepted count given one draft path, for a chain verifier.
 
     Returns
@@ -455,67 +521,8 @@ def path_accepted_law(path: DraftPath, verify: Callable) -> list:
     list, length ``len(path.tokens) + 1``
     """
     out = [0.0] * (len(path.tokens) + 1)
-    for w, _, n in verify(path):
+    for w, _, n in path_law(path):
         out[n] += w
-    return out
-
-
-def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greedy: bool = False) -> list[DraftPath]:
-    """Draft paths of the book's real models (:mod:`specdec.nn`) from given contexts.
-
-    For each context the draft proposes ``gamma`` tokens (sampled from its law under
-    ``settings``, or greedy), and one target pass scores the ``gamma + 1`` positions. The
-    returned paths carry the laws each verifier needs, so the accepted-count law of any
-    chain rule given the path is exact (:func:`path_accepted_law`); averaging over paths
-    estimates the rule's accepted tokens per cycle on the real models, with the same
-    drafts for every rule.
-
-    Parameters
-    ----------
-    target, draft : specdec.nn.Transformer
-        Same vocabulary.
-    contexts : sequence of sequence of int
-        Confirmed contexts (prompt and text), one path each, all of the same length
-        (the models run on them as one batch).
-    gamma : int
-        Draft length.
-    rng : numpy.random.Generator or int
-    settings : specdec.decode.SamplingSettings, optional
-        Applied to both models' logits (default: temperature 1).
-    greedy : bool
-        Greedy draft (its law is then a point mass).
-
-    Returns
-    -------
-    list of DraftPath
-        ``prob`` is 1 for each (the paths are samples, not an enumeration).
-    """
-    from .decode import SamplingSettings
-
-    settings = settings or SamplingSettings()
-    gamma = check_int(gamma, "gamma", minimum=1)
-    rng = check_rng(rng)
-    seq = np.array([[int(t) for t in c] for c in contexts], dtype=np.int64)
-    if seq.ndim != 2 or seq.shape[0] == 0 or seq.shape[1] == 0:
-        raise ValueError("contexts: must be a non-empty list of non-empty contexts of one length")
-    n, c0 = seq.shape
-    qs = []
-    for _ in range(gamma):                       # one batched draft pass per position
-        q = settings.laws(draft.forward(seq)[:, -1])
-        if greedy:
-            x = np.argmax(q, axis=1)
-            q = np.zeros_like(q)
-            q[np.arange(n), x] = 1.0
-        else:
-            x = np.asarray(draw(q, rng.random(n)), dtype=np.int64)
-        qs.append(q)
-        seq = np.concatenate([seq, x[:, None]], axis=1)
-    logits = target.forward(seq)[:, c0 - 1:]     # one target pass: gamma + 1 positions
-    out = []
-    for i in range(n):
-        ps = settings.laws(logits[i])
-        out.append(DraftPath(tuple(int(t) for t in seq[i, c0:]), 1.0,
-                             tuple(row.tolist() for row in ps), tuple(q[i].tolist() for q in qs)))
     return out
 
 
@@ -568,8 +575,8 @@ def full_acceptance(path: DraftPath, weight) -> list:
     if weight <= 0:
         return []
     if path.ends:
-        return [(weight, path.tokens, k)]
-    return [(weight * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0]
+        return [Outcome(weight, path.tokens, k)]
+    return [Outcome(weight * w, path.tokens + (y,), k) for y, w in enumerate(path.p[k]) if w > 0]
 
 
 def sample_full_acceptance(path: DraftPath, rng) -> tuple[tuple, int]:
@@ -661,7 +668,7 @@ class Rule:
             Entry ``i`` is P(``i`` drafted tokens accepted).
         """
         outs, _ = self._outcomes_from(target, draft, prefix, shape, greedy)
-        return accepted_count_law(outs, self.depth(shape))
+        return outcome_accepted_law(outs, self.depth(shape))
 
     def mean_accepted(self, target, draft, prefix, shape, *, greedy: bool = False):
         """Expected accepted drafted tokens per cycle (exact: fractions stay fractions)."""

@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import laws
+from . import cycles, laws
 from .nn import KVCache, Transformer, decode as decode_bytes, encode
 from .verify import check_rng, draw, verify
 
@@ -52,6 +52,7 @@ __all__ = [
     "autoregressive",
     "speculative",
     "target_sequence_law",
+    "real_paths",
 ]
 
 
@@ -473,3 +474,60 @@ def target_sequence_law(model: Transformer, prompt, length: int = 1,
     for i, x in enumerate(support):
         joint[x] = first[x] * settings.law(logits[i])
     return joint
+
+
+def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greedy: bool = False) -> list:
+    """Draft paths of the book's real models (:mod:`specdec.nn`) from given contexts.
+
+    For each context the draft proposes ``gamma`` tokens (sampled from its law under
+    ``settings``, or greedy), and one target pass scores the ``gamma + 1`` positions. The
+    returned paths carry the laws each verifier needs, so the accepted-count law of any
+    chain rule given the path is exact (:func:`specdec.cycles.path_accepted_law`); averaging over paths
+    estimates the rule's accepted tokens per cycle on the real models, with the same
+    drafts for every rule.
+
+    Parameters
+    ----------
+    target, draft : specdec.nn.Transformer
+        Same vocabulary.
+    contexts : sequence of sequence of int
+        Confirmed contexts (prompt and text), one path each, all of the same length
+        (the models run on them as one batch).
+    gamma : int
+        Draft length.
+    rng : numpy.random.Generator or int
+    settings : specdec.decode.SamplingSettings, optional
+        Applied to both models' logits (default: temperature 1).
+    greedy : bool
+        Greedy draft (its law is then a point mass).
+
+    Returns
+    -------
+    list of specdec.cycles.DraftPath
+        ``prob`` is 1 for each (the paths are samples, not an enumeration).
+    """
+    settings = settings or SamplingSettings()
+    gamma = laws.check_int(gamma, "gamma", minimum=1)
+    rng = check_rng(rng)
+    seq = np.array([[int(t) for t in c] for c in contexts], dtype=np.int64)
+    if seq.ndim != 2 or seq.shape[0] == 0 or seq.shape[1] == 0:
+        raise ValueError("contexts: must be a non-empty list of non-empty contexts of one length")
+    n, c0 = seq.shape
+    qs = []
+    for _ in range(gamma):                       # one batched draft pass per position
+        q = settings.laws(draft.forward(seq)[:, -1])
+        if greedy:
+            x = np.argmax(q, axis=1)
+            q = np.zeros_like(q)
+            q[np.arange(n), x] = 1.0
+        else:
+            x = np.asarray(draw(q, rng.random(n)), dtype=np.int64)
+        qs.append(q)
+        seq = np.concatenate([seq, x[:, None]], axis=1)
+    logits = target.forward(seq)[:, c0 - 1:]     # one target pass: gamma + 1 positions
+    out = []
+    for i in range(n):
+        ps = settings.laws(logits[i])
+        out.append(cycles.DraftPath(tuple(int(t) for t in seq[i, c0:]), 1.0,
+                             tuple(row.tolist() for row in ps), tuple(q[i].tolist() for q in qs)))
+    return out

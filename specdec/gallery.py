@@ -23,9 +23,9 @@ Bugs (numbered as in the appendix)
     5. :func:`drop_rejected` - on rejection, the rejected token is removed from ``p`` and
        the rest renormalised (instead of the residual).
     6. :func:`shared_uniform` - one uniform for the accept test and the residual draw.
-    7. :class:`StaleProposals` - proposals drafted after a rejection are reused in the
+    7. :class:`StaleProposalsSampler` - proposals drafted after a rejection are reused in the
        next cycle (block).
-    8. :class:`NoRollback` - the target's cache is not rolled back after a rejection
+    8. :class:`NoRollbackSampler` - the target's cache is not rolled back after a rejection
        (block).
     9. :func:`overcounting_cycle` - accounting: accepts after the first rejection are
        counted as accepted.
@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from specdec import flaws, laws, simulate, token
+from specdec import laws, simulate, stateful, token, tokenrule
 from specdec.verify import draw, speculative_accept, verify
 from specdec.conformance import batch_sampler, block_sampler, token_sampler
 
@@ -57,13 +57,13 @@ __all__ = [
     "untempered_target",
     "drop_rejected",
     "shared_uniform",
-    "StaleProposals",
-    "NoRollback",
+    "StaleProposalsSampler",
+    "NoRollbackSampler",
     "overcounting_cycle",
     "library_generation",
     "GalleryEntry",
     "BUGS",
-    "CORRECT",
+    "CORRECT_SAMPLERS",
 ]
 
 
@@ -123,7 +123,7 @@ def vectorised_correct(p, q, rng, n):
 @token_sampler(vectorised=True)
 def library_vectorised(p, q, rng, n):
     """The library's vectorised engine (:func:`specdec.simulate.simulate_tokens`), rule "correct"."""
-    return simulate.simulate_tokens(p, q, n, rng, rules=(flaws.CORRECT,))["correct"]
+    return simulate.simulate_tokens(p, q, n, rng, rules=(tokenrule.TOKEN,))["correct"]
 
 
 @token_sampler(vectorised=True, inputs="logits")
@@ -217,7 +217,7 @@ def drop_rejected(p, q, rng):
 
     "Do not give the rejected token a second chance" sounds like a refinement of falling
     back to ``p``; it is the same mistake. The recovery must be the residual
-    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, flaws.DROP_REJECTED)``.
+    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, tokenrule.DROP_REJECTED)``.
     """
     x = int(draw(q, rng.random()))
     if speculative_accept(p[x], q[x], rng.random()):
@@ -235,7 +235,7 @@ def shared_uniform(p, q, rng):
     so the inverse-CDF draw favours the residual's last tokens. Invisible when the
     residual is a point mass (the article's example); the battery's ``spread_residual``
     case is built to show it. Exact law: ``specdec.token.output_law(p, q,
-    flaws.SHARED_UNIFORM)``.
+    tokenrule.SHARED_UNIFORM)``.
     """
     x = int(draw(q, rng.random()))
     u = rng.random()
@@ -272,7 +272,7 @@ def _verify_block(ps: list, qs: list, proposals: list[int], rng, eos, u_accept=N
 
 
 @block_sampler
-class StaleProposals:
+class StaleProposalsSampler:
     """Bug 7: proposals drafted after a rejection are reused in the next cycle.
 
     After a rejection at position i, the proposals ``x_{i+1}, ...`` were drafted on a
@@ -281,7 +281,7 @@ class StaleProposals:
     (corrected) context, as a draft forward pass over the proposed block would. The ratio
     then uses a law the tokens were not drawn from. (Reusing them *with* the probabilities
     they were drawn with would be exact: any proposal mechanism is, if the ratio uses its
-    true conditional law. ``specdec.flaws`` calls that cycle rule ``STALE_ORIGINAL_Q``; this
+    true conditional law. ``specdec.stateful`` calls that cycle rule ``STALE_ORIGINAL_Q``; this
     bug is its ``STALE_PROPOSALS``.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
@@ -307,7 +307,7 @@ class StaleProposals:
 
 
 @block_sampler
-class NoRollback:
+class NoRollbackSampler:
     """Bug 8: the target's cache is not rolled back after a rejection.
 
     The target's cache holds the tokens it has scored. After a rejection at position i,
@@ -315,7 +315,7 @@ class NoRollback:
     appended; this sampler forgets to, so every later target law is conditioned on a
     context with rejected tokens in it (the wrong last tokens and the wrong position).
     The draft's cache is rolled back correctly, and the emitted text looks right; its law
-    is not. (``specdec.flaws.NO_ROLLBACK`` forgets both caches.)
+    is not. (``specdec.stateful.NO_ROLLBACK`` forgets both caches.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
     proposed)``; ``reset()`` empties the cache (the kit calls it before every decode).
@@ -419,9 +419,9 @@ class GalleryEntry:
         law = self.exact(case)
         if self.kind == "token":
             return laws.tv_distance(law, case.p)
-        from specdec import block, models
+        from specdec import models
 
-        return block.law_tv(law, models.sequence_law(case.target, case.prefix, case.length))
+        return laws.law_tv(law, models.sequence_law(case.target, case.prefix, case.length))
 
 
 def _block_library():
@@ -456,10 +456,8 @@ def _exact_untempered(case) -> np.ndarray:
 
 
 def _exact_stale(case) -> dict:
-    from specdec import block
-
-    return block.block_sequence_law(case.target, case.draft, case.prefix, case.gamma, case.length,
-                                    flaws.STALE_PROPOSALS)
+    return stateful.block_sequence_law(case.target, case.draft, case.prefix, case.gamma, case.length,
+                                       stateful.STALE_PROPOSALS)
 
 
 def _exact_target(case):
@@ -471,7 +469,7 @@ def _exact_target(case):
 
 
 #: The correct samplers, which must pass.
-CORRECT: tuple[GalleryEntry, ...] = (
+CORRECT_SAMPLERS: tuple[GalleryEntry, ...] = (
     GalleryEntry("library_step", 0, "library step (specdec.token.sample_step)",
                  lambda: token.sample_step, "token", _exact_target),
     GalleryEntry("library_vectorised", 0, "library engine (simulate_tokens), vectorised",
@@ -498,12 +496,12 @@ BUGS: tuple[GalleryEntry, ...] = (
                  "token", _exact_untempered),
     GalleryEntry("drop_rejected", 5, "recovery: p without the rejected token",
                  lambda: drop_rejected, "token",
-                 lambda case: token.output_law(case.p, case.q, flaws.DROP_REJECTED)),
+                 lambda case: token.output_law(case.p, case.q, tokenrule.DROP_REJECTED)),
     GalleryEntry("shared_uniform", 6, "one uniform for test and residual", lambda: shared_uniform,
-                 "token", lambda case: token.output_law(case.p, case.q, flaws.SHARED_UNIFORM)),
-    GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposals, "block",
+                 "token", lambda case: token.output_law(case.p, case.q, tokenrule.SHARED_UNIFORM)),
+    GalleryEntry("stale_proposals", 7, "stale proposals reused next cycle", StaleProposalsSampler, "block",
                  _exact_stale),
-    GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollback, "block"),
+    GalleryEntry("no_rollback", 8, "target cache not rolled back", NoRollbackSampler, "block"),
     GalleryEntry("overcounting", 9, "accounting: accepts after a rejection counted",
                  lambda: overcounting_cycle, "block", _exact_target),
 )

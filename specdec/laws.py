@@ -34,6 +34,10 @@ __all__ = [
     "softmax",
     "sampling_law",
     "sampling_laws",
+    "check_counts",
+    "check_level",
+    "align_laws",
+    "law_tv",
 ]
 
 #: Default absolute tolerance on ``sum(p) == 1``.
@@ -513,3 +517,81 @@ def sampling_laws(logits, *, temperature: float = 1.0, top_k: int | None = None,
     out = np.exp(z - z.max(axis=1, keepdims=True))
     out /= out.sum(axis=1, keepdims=True)
     return out
+
+
+# ------------------------------------------------------------------- counts and levels
+
+
+def check_counts(counts, law, *, law_name: str = "law") -> tuple[np.ndarray, np.ndarray]:
+    """Validated (int64 counts, float64 law) of equal size, with at least one trial.
+
+    Raises
+    ------
+    LawError
+        ``counts`` not 1-D non-negative integers of ``law``'s size with a positive sum, or
+        ``law`` invalid.
+    """
+    lw = check_law(law, law_name)
+    try:
+        c = np.array(counts, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise LawError(f"counts: must be a 1-D array of non-negative integers (got {counts!r})") from None
+    if c.ndim != 1:
+        raise LawError(f"counts: must be 1-D (got ndim {c.ndim})")
+    if c.size != lw.size:
+        raise LawError(f"counts: vocabulary size {c.size} does not match {law_name} ({lw.size})")
+    if not np.all(np.isfinite(c)) or (c < 0).any() or not np.all(c == np.round(c)):
+        raise LawError("counts: entries must be non-negative integers")
+    if c.sum() < 1:
+        raise LawError("counts: must contain at least one trial (sum = 0)")
+    return c.astype(np.int64), lw
+
+
+def check_level(value, name: str) -> float:
+    """``value`` as a float in the open interval (0, 1) (a level, a power, a confidence).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a number, or outside (0, 1); the message names ``name``.
+    """
+    try:
+        x = float(value)
+    except TypeError:
+        raise TypeError(f"{name}: must be a probability in (0, 1) (got {value!r})") from None
+    except ValueError:
+        raise ValueError(f"{name}: must be a probability in (0, 1) (got {value!r})") from None
+    if not (0.0 < x < 1.0):
+        raise ValueError(f"{name}: must be a probability in (0, 1) (got {value!r})")
+    return x
+
+
+# ------------------------------------------------------------------- sequence laws
+
+
+def align_laws(*laws: dict) -> tuple[list[tuple], list[np.ndarray]]:
+    """Put several sequence laws on a common, sorted list of keys.
+
+    Returns
+    -------
+    keys : list of tuple
+        Union of the keys, sorted by (length, tokens).
+    arrays : list of numpy.ndarray, each of shape (len(keys),)
+        Probabilities of each law on ``keys`` (0 where absent).
+    """
+    keys = sorted(set().union(*[set(l) for l in laws]), key=lambda k: (len(k), k))
+    return keys, [np.array([l.get(k, 0.0) for k in keys]) for l in laws]
+
+
+def law_tv(a: dict, b: dict) -> float:
+    """Total variation distance between two sequence laws (dicts).
+
+    Uses :func:`specdec.laws.tv_distance` on the aligned vectors (which validates them).
+
+    Examples
+    --------
+    >>> law_tv({(0,): 0.5, (1,): 0.5}, {(0,): 1.0})
+    0.5
+    """
+    _, (x, y) = align_laws(a, b)
+    return tv_distance(x, y)

@@ -78,8 +78,8 @@ import numpy as np
 
 from . import cycles
 
-from .block import align_laws, law_tv
-from .blockverify import TOKEN
+from .laws import align_laws, law_tv
+from .tokenrule import TOKEN
 from .laws import LawError, check_int
 from .models import ToyModel, sequence_law as target_sequence_law
 

@@ -12,7 +12,7 @@ The draft decides only *where the cycle stops*, never *which token is emitted*. 
 sequence is a sample from the target, whether the draft samples from ``q`` or takes its
 argmax, and whatever ``q`` is. With a random stream keyed by output position, the output
 is even the *same string* as target-only sampling with the same seed
-(:func:`generate`, ``stream="position"``). What the rule loses is acceptance:
+(:func:`run_matching`, ``stream="position"``). What the rule loses is acceptance:
 ``P(accept) = sum_x q(x) p(x)`` for a sampled draft and ``p(argmax q)`` for a greedy one,
 against ``sum_x min(p(x), q(x))`` for speculative sampling (:func:`acceptance`).
 
@@ -24,8 +24,8 @@ not.
 
 The rule is an object, :data:`MATCHING` (:class:`Matching`); its hooks
 (:meth:`Matching.mismatch_law` and :meth:`Matching.at_mismatch`: the token emitted at the
-first mismatch) are what a flaw overrides, one object in :mod:`specdec.flaws`
-(:data:`specdec.flaws.RESAMPLE_ON_MISMATCH`: a fresh target draw at the mismatch instead
+first mismatch) are what a flaw overrides, one object in this module
+(:data:`RESAMPLE_ON_MISMATCH`: a fresh target draw at the mismatch instead
 of the sample that caused it). Used in Chapter 5 and Appendix A4.
 
 References
@@ -46,7 +46,7 @@ import numpy as np
 from . import cycles
 from .verify import check_rng, draw
 from .laws import LawError, check_int, check_pair
-from .models import ToyModel, check_prefix
+from .models import ToyModel, check_models, check_prefix
 
 __all__ = [
     "ISSUES",
@@ -55,8 +55,11 @@ __all__ = [
     "accepted_token_law",
     "Matching",
     "MATCHING",
+    "ResampleOnMismatch",
+    "RESAMPLE_ON_MISMATCH",
+    "MATCHING_FLAWS",
     "MatchingRun",
-    "generate",
+    "run_matching",
     "target_only",
 ]
 
@@ -144,7 +147,7 @@ class Matching(cycles.ChainRule):
     Examples
     --------
     >>> from specdec.models import toy_pair, sequence_law as target_law
-    >>> from specdec.block import law_tv
+    >>> from specdec.laws import law_tv
     >>> p, q = toy_pair(closeness=0.0)
     >>> round(law_tv(MATCHING.sequence_law(p, q, (), 2, 3, greedy=True), target_law(p, (), 3)), 12)
     0.0
@@ -187,6 +190,32 @@ class Matching(cycles.ChainRule):
 MATCHING = Matching()
 
 
+@dataclass(frozen=True, repr=False)
+class ResampleOnMismatch(Matching):
+    """The matching rule emitting a *fresh* target draw at the mismatch instead of the sample that caused it.
+
+    The mismatching sample ``y_i`` is a draw from ``p_i`` conditioned on ``y_i != x_i``; a
+    fresh draw is not, so the emitted law per position is ``q p + (1 - sum q p) p``, not
+    ``p``: the draft token gets a second chance. No shipped instance was found; it is the
+    mistake one step away from the exact rule (Hugging Face transformers' assisted
+    generation keeps the target's own sample, PR huggingface/transformers#27979).
+    """
+
+    name: ClassVar[str] = "resample_on_mismatch"
+    exact: ClassVar[bool] = False
+
+    def mismatch_law(self, p, x):
+        return list(p)
+
+    def at_mismatch(self, y, p, rng):
+        return int(draw(p, rng.random()))
+
+
+RESAMPLE_ON_MISMATCH = ResampleOnMismatch()
+#: Flaws of the matching rule.
+MATCHING_FLAWS: tuple[Matching, ...] = (RESAMPLE_ON_MISMATCH,)
+
+
 @dataclass(frozen=True)
 class MatchingRun:
     """A generation under the matching rule.
@@ -211,7 +240,7 @@ def _inverse_cdf(law: np.ndarray, u: float) -> int:
 
 
 def target_only(target: ToyModel, prefix, length: int, seed: int) -> tuple:
-    """Target-only sampling with the position-keyed stream of :func:`generate`.
+    """Target-only sampling with the position-keyed stream of :func:`run_matching`.
 
     Token ``t`` (counted from 0 after the prompt) is the inverse-CDF draw of the ``t``-th
     uniform of ``numpy.random.default_rng(seed)``.
@@ -225,8 +254,8 @@ def target_only(target: ToyModel, prefix, length: int, seed: int) -> tuple:
     return out
 
 
-def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, seed: int,
-             draft_rng, *, greedy: bool = False, stream: str = "position") -> MatchingRun:
+def run_matching(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int, seed: int,
+                 draft_rng, *, greedy: bool = False, stream: str = "position") -> MatchingRun:
     """Generate with the matching rule; the target's randomness comes from ``seed``.
 
     Parameters
@@ -260,10 +289,10 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
     --------
     >>> from specdec.models import toy_pair
     >>> p, q = toy_pair(closeness=0.3)
-    >>> generate(p, q, (), 3, 8, 5, 1).tokens == target_only(p, (), 8, 5)
+    >>> run_matching(p, q, (), 3, 8, 5, 1).tokens == target_only(p, (), 8, 5)
     True
     """
-    cycles.check_models(target, draft)
+    check_models(target, draft)
     ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
     gamma = check_int(gamma, "gamma", minimum=1)
     length = check_int(length, "length", minimum=1)

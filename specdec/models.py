@@ -45,6 +45,7 @@ __all__ = [
     "model_from_function",
     "sequence_law",
     "check_prefix",
+    "check_models",
 ]
 
 #: Seed of the default toy pair used across the book and the tests.
@@ -484,3 +485,22 @@ def sequence_law(model: ToyModel, prefix, length: int) -> dict[tuple[int, ...], 
             else:
                 stack.append((nxt, pr))
     return out
+
+
+def check_models(target, draft) -> None:
+    """Both are :class:`~specdec.models.ToyModel` with the same vocabulary and EOS id.
+
+    Raises
+    ------
+    TypeError
+        A model is not a ToyModel.
+    ValueError
+        Vocabulary sizes or EOS ids differ.
+    """
+    for nm, m in (("target", target), ("draft", draft)):
+        if not isinstance(m, ToyModel):
+            raise TypeError(f"{nm}: must be a specdec.models.ToyModel (got {type(m).__name__})")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"draft: vocabulary size {draft.vocab_size} does not match target ({target.vocab_size})")
+    if draft.eos != target.eos:
+        raise ValueError(f"draft: end-of-sequence id {draft.eos} does not match target ({target.eos})")

@@ -31,7 +31,7 @@ position are widths ``(k,) * depth``. The rule is an object,
 :class:`RecursiveRejection` (one per drafting mode); its two hooks
 (:meth:`RecursiveRejection.proposal_law`, the law in the ratio and the residual, and
 :attr:`RecursiveRejection.carries_residual`) are what the flawed variants override, each
-one object in :mod:`specdec.flaws` (:data:`specdec.flaws.TREE_FLAWS`: ``ORIGINAL_Q``,
+one object in this module (:data:`specdec.multidraft.TREE_FLAWS`: ``ORIGINAL_Q``,
 ``NO_RESIDUAL_UPDATE``). Used in Chapter 5 and Appendix A4.
 
 References
@@ -64,6 +64,11 @@ __all__ = [
     "scored_positions",
     "candidate_sets",
     "RecursiveRejection",
+    "OriginalQ",
+    "NoResidualUpdate",
+    "ORIGINAL_Q",
+    "NO_RESIDUAL_UPDATE",
+    "TREE_FLAWS",
 ]
 
 #: How the children of a node are drafted.
@@ -183,7 +188,7 @@ class RecursiveRejection(cycles.Rule):
     Examples
     --------
     >>> from specdec.models import toy_pair, sequence_law as target_law
-    >>> from specdec.block import law_tv
+    >>> from specdec.laws import law_tv
     >>> p, q = toy_pair()
     >>> law = RecursiveRejection("without").sequence_law(p, q, (), (2, 2), 3)
     >>> round(law_tv(law, target_law(p, (), 3)), 12)
@@ -341,3 +346,58 @@ def _draw_children(q: np.ndarray, k: int, drafting: str, rng) -> tuple[list, lis
             left = left.copy()
             left[x] = 0.0
     return xs, laws
+
+
+# ------------------------------------------------------------------------------ flaws
+
+
+@dataclass(frozen=True, repr=False)
+class OriginalQ(RecursiveRejection):
+    """Children drawn without replacement, verified with the unadjusted draft law ``q``.
+
+    The ratio and the residual of child ``j`` must use the law it was drawn from: ``q``
+    renormalised on the tokens not drawn before it. Using ``q`` itself is the question
+    raised in SafeAILab/EAGLE issue #74 (EAGLE's sampling path draws its candidates
+    without replacement). A flaw of drafting without replacement only.
+
+    Raises
+    ------
+    ValueError
+        ``drafting`` other than ``"without"``.
+    """
+
+    drafting: str = "without"
+    name: ClassVar[str] = "original_q"
+    exact: ClassVar[bool] = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.drafting != "without":
+            raise ValueError("drafting: 'original_q' is a flaw of drafting without replacement "
+                             f"(drafting='without'; got {self.drafting!r})")
+
+    def proposal_law(self, q, law):
+        return q
+
+
+@dataclass(frozen=True, repr=False)
+class NoResidualUpdate(RecursiveRejection):
+    """Every sibling tested against the node's target law ``p``; only the final correction uses ``(p - q)^+``.
+
+    Recursive rejection must carry the residual from one sibling to the next
+    (``r_{j+1} = (r_j - q_j)^+ / Z``): a second candidate tested against ``p`` again gets
+    mass that the first candidate's acceptance already delivered. The natural way to
+    generalise a one-candidate verifier to several; no shipped instance was found in the
+    engines' trackers, so it stands as the plausible mistake of multi-draft verification.
+    """
+
+    name: ClassVar[str] = "no_residual_update"
+    exact: ClassVar[bool] = False
+    carries_residual: ClassVar[bool] = False
+
+
+ORIGINAL_Q = OriginalQ()
+NO_RESIDUAL_UPDATE = NoResidualUpdate("with")
+#: Flaws of recursive rejection over draft trees (another drafting mode:
+#: ``NoResidualUpdate("topk")``).
+TREE_FLAWS: tuple[RecursiveRejection, ...] = (ORIGINAL_Q, NO_RESIDUAL_UPDATE)

@@ -35,7 +35,7 @@ trial: a categorical draw from the recovery law (the same law for every rejectio
 the law after the rejected proposal for ``DROP_REJECTED``). A recovery law with a single
 support point needs no uniform. ``M_PLUS_R`` is not a procedure; it is simulated by one
 independent categorical draw per trial from its normalised law. Rules are the objects of
-:mod:`specdec.flaws`; results are keyed by their ``name``.
+:mod:`specdec.tokenrule`; results are keyed by their ``name``.
 
 These engines count trials in cells of the unit interval, which is what makes them
 fast (hundreds of millions of trials per second, ``make bench``); they do not sample row
@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import flaws
+from . import tokenrule
 from .laws import check_int, check_pair
 from .token import ARTICLE_P, ARTICLE_Q, residual
 from .verify import cdf, check_rng, draw, speculative_accept
@@ -98,7 +98,7 @@ MAX_VOCAB_PER_PROPOSAL_RECOVERY = 4096
 
 @dataclass(frozen=True)
 class _RulePlan:
-    rule: flaws.StepRule
+    rule: tokenrule.TokenByToken
     direct: np.ndarray  # (cells,) token emitted directly by the cell, or -1
     rejected: np.ndarray  # (cells,) proposal rejected in the cell (needs a recovery draw), or -1
     recovery: np.ndarray | None  # (V,) recovery law for every rejection, None if per proposal
@@ -115,17 +115,17 @@ class _Plan:
     rules: dict[str, _RulePlan]
 
 
-def _check_rules(rules, v: int) -> tuple[flaws.StepRule, ...]:
-    if isinstance(rules, flaws.StepRule):
+def _check_rules(rules, v: int) -> tuple[tokenrule.TokenByToken, ...]:
+    if isinstance(rules, tokenrule.TokenByToken):
         rules = (rules,)
     try:
         rules = tuple(rules)
     except TypeError:
-        raise TypeError(f"rules: must be a sequence of step rules of specdec.flaws (got {rules!r})") from None
+        raise TypeError(f"rules: must be a sequence of token-by-token rules of specdec.tokenrule (got {rules!r})") from None
     if not rules:
         raise ValueError("rules: must name at least one rule")
     for r in rules:
-        flaws.check_step_rule(r, "rules")
+        tokenrule.check_token_rule(r, "rules")
         if (r.recovery_depends_on_proposal or r.reuses_accept_uniform) and v > MAX_VOCAB_PER_PROPOSAL_RECOVERY:
             raise ValueError(
                 f"rules: {r.name} needs up to V x V numbers in the Monte Carlo engines and V = {v} "
@@ -143,7 +143,7 @@ def _check_dtype(dtype) -> np.dtype:
     return dt
 
 
-def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[flaws.StepRule, ...]) -> _Plan:
+def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[tokenrule.TokenByToken, ...]) -> _Plan:
     """Cut [0, 1) into cells on which every rule's outcome is determined or a rejection."""
     v = p.size
     thresholds = {rule: rule.acceptance(p, q) for rule in rules if rule.proposes}
@@ -183,7 +183,7 @@ def _build_plan(p: np.ndarray, q: np.ndarray, rules: tuple[flaws.StepRule, ...])
         none = np.full(cx.size, -1)
         if not rule.proposes:
             plans[rule.name] = _RulePlan(rule, direct=none, rejected=none, recovery=None,
-                                         independent=rule.law(p, q))
+                                         independent=rule.output_law(p, q))
             continue
         acc = mid < thresholds[rule][cx]
         if rule.reuses_accept_uniform:
@@ -240,7 +240,7 @@ def _weighted_bincount(index: np.ndarray, weights: np.ndarray, v: int) -> np.nda
 
 
 def simulate_step(p, q, trials: int, rng: np.random.Generator,
-                  rules=(flaws.CORRECT, flaws.FALLBACK_P), *, chunk: int = 2**20,
+                  rules=(tokenrule.TOKEN, tokenrule.FALLBACK_P), *, chunk: int = 2**20,
                   dtype=np.float32) -> dict[str, np.ndarray]:
     """Counts of emitted tokens over many independent steps, for several rules at once.
 
@@ -257,8 +257,8 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
         Number of independent steps, ``>= 1``.
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rules : sequence of specdec.flaws.StepRule
-        Rules of :data:`specdec.flaws.STEP_RULES` (all are supported; ``M_PLUS_R`` is
+    rules : sequence of specdec.tokenrule.TokenByToken
+        Rules of :data:`specdec.tokenrule.STEP_RULES` (all are supported; ``M_PLUS_R`` is
         simulated by an independent draw from its normalised law, see the module notes).
     chunk : int
         Trials per chunk; memory is about 9 bytes per trial of one chunk with
@@ -332,7 +332,7 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
 
 
 def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
-                    rules=(flaws.CORRECT, flaws.FALLBACK_P)) -> dict[str, np.ndarray]:
+                    rules=(tokenrule.TOKEN, tokenrule.FALLBACK_P)) -> dict[str, np.ndarray]:
     """The token emitted at every trial, for several rules on shared trials.
 
     Same coupling as :func:`simulate_step` (one uniform decides proposal and acceptance
@@ -348,8 +348,8 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
         Number of steps, in ``[1, 10**8]``.
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rules : sequence of specdec.flaws.StepRule
-        Rules of :data:`specdec.flaws.STEP_RULES`.
+    rules : sequence of specdec.tokenrule.TokenByToken
+        Rules of :data:`specdec.tokenrule.STEP_RULES`.
 
     Returns
     -------
@@ -365,7 +365,7 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
 
     Examples
     --------
-    >>> out = simulate_tokens([0.5, 0.5], [0.5, 0.5], 5, np.random.default_rng(0), [flaws.CORRECT])
+    >>> out = simulate_tokens([0.5, 0.5], [0.5, 0.5], 5, np.random.default_rng(0), [tokenrule.TOKEN])
     >>> out["correct"].shape
     (5,)
     """
@@ -397,7 +397,7 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
 
 
 def running_frequencies(p, q, trials: int, rng: np.random.Generator,
-                        rules=(flaws.CORRECT, flaws.FALLBACK_P), symbol: int = 0) -> dict[str, np.ndarray]:
+                        rules=(tokenrule.TOKEN, tokenrule.FALLBACK_P), symbol: int = 0) -> dict[str, np.ndarray]:
     """Running frequency of one symbol after 1, 2, ..., ``trials`` shared trials.
 
     Parameters
@@ -408,8 +408,8 @@ def running_frequencies(p, q, trials: int, rng: np.random.Generator,
         Number of steps, in ``[1, 10**8]`` (the output holds ``trials`` floats per rule).
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rules : sequence of specdec.flaws.StepRule
-        Rules of :data:`specdec.flaws.STEP_RULES`, simulated on shared trials.
+    rules : sequence of specdec.tokenrule.TokenByToken
+        Rules of :data:`specdec.tokenrule.STEP_RULES`, simulated on shared trials.
     symbol : int
         Token id whose frequency is tracked (0 = the article's A).
 

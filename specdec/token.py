@@ -13,7 +13,7 @@ exactly ``p``:
 * ``p - m = (p - q)^+`` and ``sum_x (p - q)^+(x) = Z``, so ``m + Z r = p``.
 
 The law of one step is always a *mixture*: accepted mass plus rejection mass times a
-recovery law (:func:`mixture_law`). The plausible-but-wrong rules of :mod:`specdec.flaws`
+recovery law (:func:`mixture_law`). The plausible-but-wrong rules of :mod:`specdec.tokenrule`
 change either the acceptance probability or the recovery law, and :func:`output_law`
 gives the exact law each one produces, so the damage can be measured in total variation
 rather than guessed from samples.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .laws import LawError, check_law, check_pair, sampling_law, softmax
-from . import flaws
+from . import tokenrule
 from .verify import check_rng, residual_laws
 
 __all__ = [
@@ -86,7 +86,7 @@ def acceptance_probabilities(p, q) -> np.ndarray:
     >>> acceptance_probabilities([0.5, 0.3, 0.2], [0.2, 0.5, 0.3]).round(6).tolist()
     [1.0, 0.6, 0.666667]
     """
-    return flaws.CORRECT.acceptance(*check_pair(p, q))
+    return tokenrule.TOKEN.acceptance(*check_pair(p, q))
 
 
 def accepted_mass(p, q) -> np.ndarray:
@@ -387,10 +387,10 @@ def m_plus_r_raw(p, q) -> np.ndarray:
     return np.minimum(p, q) + residual(p, q)
 
 
-def output_law(p, q, rule: flaws.StepRule = flaws.CORRECT) -> np.ndarray:
+def output_law(p, q, rule: tokenrule.TokenByToken = tokenrule.TOKEN) -> np.ndarray:
     """Exact law of the token emitted by one step under a given rule.
 
-    Every rule proposes ``x ~ q``; the rules of :mod:`specdec.flaws` differ in the
+    Every rule proposes ``x ~ q``; the rules of :mod:`specdec.tokenrule` differ in the
     acceptance probability or in the law drawn from after a rejection (their docstrings
     give each law; ``a = min(1, p/q)``, ``m = min(p, q)``, ``Z = 1 - beta``, ``r`` the
     residual):
@@ -414,8 +414,8 @@ def output_law(p, q, rule: flaws.StepRule = flaws.CORRECT) -> np.ndarray:
     ----------
     p, q : array_like, shape (V,)
         Target and draft laws (processed laws actually sampled from).
-    rule : specdec.flaws.StepRule
-        :data:`specdec.flaws.CORRECT` (default) or one of :data:`specdec.flaws.STEP_FLAWS`.
+    rule : specdec.tokenrule.TokenByToken
+        :data:`specdec.tokenrule.TOKEN` (default) or one of :data:`specdec.tokenrule.STEP_FLAWS`.
 
     Returns
     -------
@@ -428,7 +428,7 @@ def output_law(p, q, rule: flaws.StepRule = flaws.CORRECT) -> np.ndarray:
     LawError
         Invalid laws or mismatched sizes.
     TypeError
-        ``rule`` is not a :class:`specdec.flaws.StepRule`.
+        ``rule`` is not a :class:`specdec.tokenrule.TokenByToken`.
 
     References
     ----------
@@ -440,11 +440,11 @@ def output_law(p, q, rule: flaws.StepRule = flaws.CORRECT) -> np.ndarray:
     >>> p, q = [0.5, 0.3, 0.2], [0.2, 0.5, 0.3]
     >>> output_law(p, q).round(12).tolist()
     [0.5, 0.3, 0.2]
-    >>> output_law(p, q, flaws.FALLBACK_P).round(12).tolist()
+    >>> output_law(p, q, tokenrule.FALLBACK_P).round(12).tolist()
     [0.35, 0.39, 0.26]
     """
     p, q = check_pair(p, q)
-    return flaws.check_step_rule(rule).law(p, q)
+    return tokenrule.check_token_rule(rule).output_law(p, q)
 
 
 _RATIO_ON = ("processed", "raw_softmax", "exp_logits")
@@ -545,13 +545,13 @@ def logits_ratio_law(target_logits, draft_logits, *, ratio_on: str = "processed"
     return mixture_law(q, accept, rec)
 
 
-def sample_step(p, q, rng, rule: flaws.StepRule = flaws.CORRECT) -> int:
+def sample_step(p, q, rng, rule: tokenrule.TokenByToken = tokenrule.TOKEN) -> int:
     """Reference sampler: one step under one rule, written for reading, not speed.
 
     Draw order: ``x`` from ``q`` by inverse CDF of one ``rng.random()``; then, for the
     correct rule, the kernel :func:`specdec.verify.verify` on one row (one accept uniform,
     one more after a rejection); for a flaw, its own procedure
-    (:meth:`specdec.flaws.StepRule.sample`: the accept uniform, then one more after a
+    (:meth:`specdec.tokenrule.TokenByToken.sample_step`: the accept uniform, then one more after a
     rejection, none for ``SHARED_UNIFORM``, which reuses it). ``M_PLUS_R`` is not a
     procedure: it draws once from its law.
 
@@ -561,8 +561,8 @@ def sample_step(p, q, rng, rule: flaws.StepRule = flaws.CORRECT) -> int:
         Target and draft laws.
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rule : specdec.flaws.StepRule
-        :data:`specdec.flaws.CORRECT` (default) or a flaw.
+    rule : specdec.tokenrule.TokenByToken
+        :data:`specdec.tokenrule.TOKEN` (default) or a flaw.
 
     Returns
     -------
@@ -588,5 +588,5 @@ def sample_step(p, q, rng, rule: flaws.StepRule = flaws.CORRECT) -> int:
     [0, 1]
     """
     p, q = check_pair(p, q)
-    rule = flaws.check_step_rule(rule)
-    return int(rule.sample(p, q, check_rng(rng)))
+    rule = tokenrule.check_token_rule(rule)
+    return int(rule.sample_step(p, q, check_rng(rng)))

@@ -7,24 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec import cost, flaws, stats
-from specdec.flaws import CYCLE_FLAWS, CYCLE_RULES
-from specdec.block import (
-    Accounting,
-    CycleResult,
-    accepted_count_law,
-    accepted_prefix_length,
-    account,
-    account_counts,
-    block_sequence_law,
-    cycle_length_law,
-    generate,
-    law_tv,
-    simulate_cycles,
-    simulate_generation,
-    speculative_cycle,
-)
-from specdec.laws import LawError, tv_distance
+from specdec import cost, stateful, stats
+from specdec.stateful import CYCLE_FLAWS, CYCLE_RULES
+from specdec.accounting import Accounting, accepted_prefix_length, account, account_counts
+from specdec.block import CycleResult, generate, simulate_cycles, simulate_generation, speculative_cycle
+from specdec.laws import LawError, law_tv, tv_distance
+from specdec.stateful import block_sequence_law, cycle_accepted_law, cycle_length_law
 from specdec.models import sequence_law as target_sequence_law  # the reference law
 from specdec.models import ToyModel, model_from_function, perturbed_draft, random_model, toy_pair
 
@@ -80,7 +68,7 @@ def _sample(variant, p, q, prefix, gamma, length, n, seed):
 def test_correct_block_law_equals_target_law(name, p, q, gamma):
     for length, prefix in ((1, ()), (3, ()), (4, (0,)), (5, ())):
         ref = target_sequence_law(p, prefix, length)
-        for variant in [r for r in CYCLE_RULES if r.exact] if length < 5 else (flaws.CORRECT_CYCLE,):
+        for variant in [r for r in CYCLE_RULES if r.exact] if length < 5 else (stateful.CORRECT_CYCLE,):
             law = block_sequence_law(p, q, prefix, gamma, length, variant)
             assert set(law) == set(ref), (name, variant, gamma, length)
             assert max(abs(law[k] - ref[k]) for k in ref) < 1e-12, (name, variant, gamma, length)
@@ -119,25 +107,25 @@ def test_when_each_flaw_is_invisible():
     p, q = toy_pair()
     ref3 = target_sequence_law(p, (), 3)
     # gamma = 1: nothing is discarded after a rejection, so nothing stale can be reused
-    assert law_tv(block_sequence_law(p, q, (), 1, 3, flaws.STALE_PROPOSALS), ref3) < 1e-12
+    assert law_tv(block_sequence_law(p, q, (), 1, 3, stateful.STALE_PROPOSALS), ref3) < 1e-12
     # the bonus of the first cycle is token gamma + 1: beyond L = 3 when gamma = 3
-    assert law_tv(block_sequence_law(p, q, (), 3, 3, flaws.BONUS_WRONG_POSITION), ref3) < 1e-12
+    assert law_tv(block_sequence_law(p, q, (), 3, 3, stateful.BONUS_WRONG_POSITION), ref3) < 1e-12
     # without rejections (q = p) stale tails and uncropped caches never arise ...
     same = perturbed_draft(p, 1.0)
-    for v in (flaws.STALE_PROPOSALS, flaws.NO_ROLLBACK):
+    for v in (stateful.STALE_PROPOSALS, stateful.NO_ROLLBACK):
         assert law_tv(block_sequence_law(p, same, (), 3, 4, v), target_sequence_law(p, (), 4)) < 1e-12
     # ... but a bonus from the wrong position still is wrong
-    assert law_tv(block_sequence_law(p, same, (), 2, 4, flaws.BONUS_WRONG_POSITION),
+    assert law_tv(block_sequence_law(p, same, (), 2, 4, stateful.BONUS_WRONG_POSITION),
                   target_sequence_law(p, (), 4)) > 0.01
     # without an EOS token, emitting after EOS cannot happen
     pn, qn = toy_pair(3, seed=3, eos=None)
-    assert law_tv(block_sequence_law(pn, qn, (), 3, 4, flaws.EMIT_AFTER_EOS),
+    assert law_tv(block_sequence_law(pn, qn, (), 3, 4, stateful.EMIT_AFTER_EOS),
                   target_sequence_law(pn, (), 4)) < 1e-12
 
 
 def test_emit_after_eos_puts_mass_past_eos():
     p, q = toy_pair()
-    law = block_sequence_law(p, q, (), 3, 4, flaws.EMIT_AFTER_EOS)
+    law = block_sequence_law(p, q, (), 3, 4, stateful.EMIT_AFTER_EOS)
     past = sum(v for k, v in law.items() if p.eos in k[:-1])
     assert past > 0.01
     assert all(p.eos not in k[:-1] for k in target_sequence_law(p, (), 4))
@@ -150,7 +138,7 @@ def test_law_conventions(variant):
     assert abs(sum(law.values()) - 1.0) < 1e-12
     assert all(v > 0 for v in law.values())
     for k in law:
-        if variant is flaws.EMIT_AFTER_EOS:  # stops after the cycle that emitted EOS
+        if variant is stateful.EMIT_AFTER_EOS:  # stops after the cycle that emitted EOS
             assert len(k) == 4 or p.eos in k
         else:
             assert len(k) == 4 or k[-1] == p.eos
@@ -171,7 +159,7 @@ def test_context_free_pair_gives_geometric_cycle_lengths(gamma):
     expected = np.array([0.0] + [alpha ** (n - 1) * (1 - alpha) for n in range(1, gamma + 1)] + [alpha ** gamma])
     assert np.allclose(law, expected, atol=1e-12)
     assert abs(law @ np.arange(gamma + 2) - cost.expected_tokens(alpha, gamma)) < 1e-12
-    acc = accepted_count_law(p, q, (), gamma)
+    acc = cycle_accepted_law(p, q, (), gamma)
     assert np.allclose(acc, law[1:], atol=1e-12)
 
 
@@ -180,7 +168,7 @@ def test_cycle_length_law_support_and_eos(variant):
     p, q = toy_pair()
     law = cycle_length_law(p, q, (1,), 4, variant)
     assert law.shape == (6,) and law[0] == 0.0 and abs(law.sum() - 1) < 1e-12
-    acc = accepted_count_law(p, q, (1,), 4, variant)
+    acc = cycle_accepted_law(p, q, (1,), 4, variant)
     assert acc.shape == (5,) and abs(acc.sum() - 1) < 1e-12
     # with EOS, an accepted EOS ends a cycle without a residual or bonus token: the mean
     # emitted count is then below mean accepted + 1
@@ -235,7 +223,7 @@ def test_vectorised_cycles_follow_exact_cycle_laws(gamma):
     stats.assert_law(np.bincount(b.n_emitted, minlength=gamma + 2),
                      cycle_length_law(p, q, (0, 1), gamma), false_alarm=FALSE_ALARM)
     stats.assert_law(np.bincount(b.n_accepted, minlength=gamma + 1),
-                     accepted_count_law(p, q, (0, 1), gamma), false_alarm=FALSE_ALARM)
+                     cycle_accepted_law(p, q, (0, 1), gamma), false_alarm=FALSE_ALARM)
     # emitted tokens of one cycle: law of the first min(n, ...) tokens is the target's
     first = np.bincount(b.emitted[:, 0], minlength=4)
     stats.assert_law(first, p.next_law((0, 1)), false_alarm=FALSE_ALARM)
@@ -286,7 +274,7 @@ def test_generate_is_reproducible_and_truncates():
 ])
 def test_cycle_validation(bad, error, match):
     p, q = toy_pair()
-    kw = dict(prefix=(), gamma=2, rng=np.random.default_rng(0), variant=flaws.CORRECT_CYCLE) | bad
+    kw = dict(prefix=(), gamma=2, rng=np.random.default_rng(0), variant=stateful.CORRECT_CYCLE) | bad
     with pytest.raises(error, match=match):
         speculative_cycle(p, q, kw["prefix"], kw["gamma"], kw["rng"], variant=kw["variant"])
 

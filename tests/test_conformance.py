@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from specdec import block, conformance as C, flaws, gallery as G, laws, models, stats, token, verify
+from specdec import block, conformance as C, gallery as G, kitstats, laws, models, stateful, stats, token, tokenrule, verify
 from specdec.laws import LawError
 
 SEED = 20260925
@@ -35,7 +35,7 @@ def test_describe_sampler_from_marks_and_signatures():
     assert C.describe_sampler(G.vectorised_correct) == C.SamplerSpec(
         "token", True, "laws", "specdec.gallery:vectorised_correct")
     assert C.describe_sampler(G.processed_correct).inputs == "logits"
-    assert C.describe_sampler(G.StaleProposals()).kind == "block"
+    assert C.describe_sampler(G.StaleProposalsSampler()).kind == "block"
     assert C.describe_sampler(G.library_generation).vectorised
     assert C.describe_sampler(token.sample_step).kind == "token"          # 3 required args
     assert C.describe_sampler(block.speculative_cycle).kind == "block"    # 5 required args
@@ -81,8 +81,8 @@ def test_token_cases_cover_the_edge_cases():
     # shows there (it does not on the article's example, whose residual is one token)
     c = cases["spread_residual"]
     assert (token.residual(c.p, c.q) > 0).sum() >= 3
-    assert laws.tv_distance(token.output_law(c.p, c.q, flaws.SHARED_UNIFORM), c.p) > 0.1
-    assert laws.tv_distance(token.output_law(art.p, art.q, flaws.SHARED_UNIFORM), art.p) < 1e-12
+    assert laws.tv_distance(token.output_law(c.p, c.q, tokenrule.SHARED_UNIFORM), c.p) > 0.1
+    assert laws.tv_distance(token.output_law(art.p, art.q, tokenrule.SHARED_UNIFORM), art.p) < 1e-12
     # large vocabulary: thousands of tokens, the same processing applied to both models
     big = cases["large_vocab"]
     assert big.vocab_size >= 4096 and 1000 < (big.p > 0).sum() <= 3000
@@ -153,12 +153,12 @@ def test_large_vocab_is_pooled_into_adequate_bins():
     big = C.token_cases()[-1]
     r = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=200_000, seed=SEED)
     law = r.cases[0].law
-    assert law.pooled_cells > 0 and 100 < law.bins <= stats.bins_for_trials(200_000)
+    assert law.pooled_cells > 0 and 100 < law.bins <= kitstats.bins_for_trials(200_000)
     # at 20,000 trials, most cells expect fewer than 5 counts: a chi-square over them
     # would be invalid; the bins all expect at least 20,000 / bins_for_trials(20,000)
     assert (20_000 * big.p[big.p > 0] < 5).mean() > 0.5
-    b = C.pool_cells(big.p, 20_000, max_bins=stats.bins_for_trials(20_000))
-    assert (20_000 * b.law >= 20_000 / stats.bins_for_trials(20_000)).all()
+    b = C.pool_cells(big.p, 20_000, max_bins=kitstats.bins_for_trials(20_000))
+    assert (20_000 * b.law >= 20_000 / kitstats.bins_for_trials(20_000)).all()
     r = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=20_000, seed=SEED)
     assert r.passed and r.cases[0].law.bins == b.n_bins
 
@@ -170,7 +170,7 @@ def test_chi_square_pooling_is_calibrated_on_the_large_vocabulary():
     pvals = []
     for _ in range(400):
         counts = g.multinomial(20_000, big.p)
-        chk = stats.pooled_chisquare(counts, big.p, max_bins=stats.bins_for_trials(20_000))
+        chk = kitstats.pooled_chisquare(counts, big.p, max_bins=kitstats.bins_for_trials(20_000))
         pvals.append(chk.pvalue)
     pvals = np.array(pvals)
     assert sps.kstest(pvals, "uniform").pvalue > 1e-3
@@ -300,7 +300,7 @@ def test_token_bugs_are_caught(entry):
 def test_tv_found_brackets_the_exact_tv():
     """Unpooled cases: the TV interval covers the exact TV of the bug's output law."""
     case = C.token_cases()[0]
-    for sampler, rule in ((G.drop_rejected, flaws.DROP_REJECTED), (G.always_accept, None)):
+    for sampler, rule in ((G.drop_rejected, tokenrule.DROP_REJECTED), (G.always_accept, None)):
         exact = token.output_law(case.p, case.q, rule) if rule else case.q
         r = C.run_battery(sampler, cases=["article"], trials=10_000, seed=SEED)
         law = r.cases[0].law
@@ -321,9 +321,9 @@ def test_block_bugs_are_caught(entry):
 def test_stale_proposals_matches_the_library_exact_law():
     """The gallery's bug 7 is specdec.block's "stale_proposals": same exact law."""
     case = {c.name: c for c in C.block_cases()}["block_g4"]
-    wrong = block.block_sequence_law(case.target, case.draft, (), 4, 4, flaws.STALE_PROPOSALS)
-    exact_tv = block.law_tv(wrong, models.sequence_law(case.target, (), 4))
-    r = C.run_battery(G.StaleProposals(), cases=["block_g4"], trials=4_000, seed=SEED)
+    wrong = stateful.block_sequence_law(case.target, case.draft, (), 4, 4, stateful.STALE_PROPOSALS)
+    exact_tv = laws.law_tv(wrong, models.sequence_law(case.target, (), 4))
+    r = C.run_battery(G.StaleProposalsSampler(), cases=["block_g4"], trials=4_000, seed=SEED)
     law = r.cases[0].law
     assert law.tv_low <= exact_tv and law.tv <= exact_tv + 0.05
     assert not r.passed
@@ -443,8 +443,8 @@ def test_report_is_reproducible_from_the_seed():
     alone = C.run_battery(G.vectorised_correct, seed=7, trials=20_000, cases=["processed"])
     assert alone.cases[0].law.statistic == a.case("processed").law.statistic
     # block samplers too (stateful ones are reset before every decode)
-    x = C.run_battery(G.NoRollback(), seed=3, trials=300, cases=["block_g2"])
-    y = C.run_battery(G.NoRollback(), seed=3, trials=300, cases=["block_g2"])
+    x = C.run_battery(G.NoRollbackSampler(), seed=3, trials=300, cases=["block_g2"])
+    y = C.run_battery(G.NoRollbackSampler(), seed=3, trials=300, cases=["block_g2"])
     assert x == y
 
 
@@ -488,8 +488,15 @@ def test_cli_exit_codes(capsys):
     assert C.main([]) == 2
     assert C.main(["--list-cases"]) == 0
     assert "large_vocab" in capsys.readouterr().out
-    assert C.main(["specdec.gallery:NoRollback", "--trials", "200", "--cases", "block_g1"]) == 1
+    assert C.main(["specdec.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1"]) == 1
     assert "block sampler" in capsys.readouterr().out
+    # --rule names the rule whose accepted-count law the counts follow (the old spelling too)
+    for flag, name in (("--rule", "block"), ("--accepted-law", "block"), ("--rule", "token")):
+        assert C.main(["specdec.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1",
+                       flag, name]) == 1
+        out = capsys.readouterr().out
+        words = "block verification" if name == "block" else "token-by-token verification"
+        assert f"accepted counts checked against the accepted-count law of {words} (declared)" in out
 
 
 def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
@@ -510,10 +517,13 @@ def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
             ([ok, "--resolution", "0.02", "--budget", "5"], ["--resolution and --budget"]),
             ([ok, "--trials", "1000", "--plan"], ["--plan"]),
             ([ok, "--measure", "--plan"], ["--measure"]),
-            (["specdec.gallery:NoRollback", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
-            (["specdec.gallery:NoRollback", "--accepted-law", "specdec.gallery:nosuch"],
+            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
+            (["specdec.gallery:NoRollbackSampler", "--rule", "bogus"], ["--rule", "block", "token_residual"]),
+            (["specdec.gallery:NoRollbackSampler", "--rule", "block", "--accepted-law", "block"],
+             ["--rule: give the rule or --accepted-law, not both"]),
+            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "specdec.gallery:nosuch"],
              ["--accepted-law:", "has no attribute"]),
-            (["specdec.gallery:NoRollback", "--accepted-law", "json:dumps"],
+            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "json:dumps"],
              ["--accepted-law: must be callable as law(target, draft, prefix, gamma)", "dumps"])):
         assert C.main(argv) == 2, argv
         err = capsys.readouterr().err
@@ -547,7 +557,7 @@ def test_cli_as_a_module():
 
 def _binned_tv(exact, case, trials) -> float:
     """Exact TV between a law and the target, on the bins the kit uses for ``trials``."""
-    b = C.pool_cells(case.p, trials, max_bins=stats.bins_for_trials(trials))
+    b = C.pool_cells(case.p, trials, max_bins=kitstats.bins_for_trials(trials))
     ok = b.bin_of >= 0
     s = np.bincount(b.bin_of[ok], weights=exact[ok], minlength=b.n_bins)
     return 0.5 * (np.abs(s - b.law).sum() + exact[~ok].sum())
@@ -628,13 +638,11 @@ def test_accepted_eos_counted_or_not_both_pass():
 
 
 def test_first_cycle_joint_law_sums_to_the_library_count_law():
-    from specdec.conformance.runner import first_cycle_accepted_law
-
     for case in C.block_cases():
-        joint = first_cycle_accepted_law(case.target, case.draft, case.prefix, case.gamma)
-        np.testing.assert_allclose(joint.sum(axis=1), block.accepted_count_law(
+        joint = tokenrule.TOKEN.first_cycle_accepted_law(case.target, case.draft, case.prefix, case.gamma)
+        np.testing.assert_allclose(joint.sum(axis=1), stateful.cycle_accepted_law(
             case.target, case.draft, case.prefix, case.gamma), atol=1e-12)
-        e_law = block.cycle_length_law(case.target, case.draft, case.prefix, case.gamma)
+        e_law = stateful.cycle_length_law(case.target, case.draft, case.prefix, case.gamma)
         exact_e = float(np.arange(case.gamma + 1) @ joint.sum(axis=1)) + 1 - joint[:, 1].sum()
         assert math.isclose(exact_e, float(np.arange(e_law.size) @ e_law), rel_tol=1e-12)
         assert (joint[:, 1].sum() > 0) == (case.target.eos is not None)
@@ -653,7 +661,7 @@ def test_vectorised_block_sampler_emitting_past_eos_fails():
 
 
 def test_trials_needed_accounts_for_deterministic_violations():
-    r = C.run_battery(G.StaleProposals(), seed=SEED, trials=1_500, cases=["block_g4"])
+    r = C.run_battery(G.StaleProposalsSampler(), seed=SEED, trials=1_500, cases=["block_g4"])
     assert not r.passed and np.isfinite(r.trials_needed)
 
     @C.token_sampler(vectorised=True)
@@ -682,7 +690,7 @@ def test_report_names_the_failing_check_and_its_cause():
 
 def test_bins_and_resolution_grow_with_the_trials():
     big = {c.name: c for c in C.token_cases()}["large_vocab"]
-    bins = [C.pool_cells(big.p, n, max_bins=stats.bins_for_trials(n)).n_bins
+    bins = [C.pool_cells(big.p, n, max_bins=kitstats.bins_for_trials(n)).n_bins
             for n in (20_000, 200_000, 2_000_000)]
     assert bins[0] < bins[1] < bins[2]
     small = C.run_battery(G.vectorised_correct, cases=["large_vocab"], trials=50_000, seed=SEED)

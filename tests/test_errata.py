@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from specdec import blockverify as bv
 from specdec import cycles, lossy, matching, optimality, stats
-from specdec.block import law_tv
+from specdec.laws import law_tv
 from specdec.models import sequence_law, toy_pair
 
 FALSE_ALARM = 1e-9

@@ -18,10 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec import blockverify as bv
-from specdec import conformance, cycles, flaws, lossy, matching, multidraft as md, stats
-from specdec.block import accepted_count_law as token_accepted_law
-from specdec.block import law_tv
+from specdec import conformance, cycles, lossy, matching, multidraft as md, kitstats, rules, stats, tokenrule
+from specdec.stateful import cycle_accepted_law as token_accepted_law
+from specdec.laws import law_tv
 from specdec.laws import LawError
+from specdec.laws import tv_distance as laws_tv
 from specdec.models import perturbed_draft, random_model, sequence_law, toy_pair
 
 FALSE_ALARM = 1e-9
@@ -70,7 +71,7 @@ def test_block_exact_on_toy_pair(gamma):
     ref = sequence_law(p, (), gamma + 1)
     for rule in bv.RULES:
         assert rule.exact and law_tv(rule.sequence_law(p, q, (), gamma, gamma + 1), ref) < EXACT_TOL
-    for rule in flaws.BLOCK_FLAWS:
+    for rule in bv.BLOCK_FLAWS:
         tv = law_tv(rule.sequence_law(p, q, (), gamma, gamma + 1), ref)
         assert not rule.exact
         assert (tv > 1e-4) if gamma >= 2 else (tv < EXACT_TOL)   # gamma = 1: nothing to get wrong
@@ -100,7 +101,7 @@ def test_block_exact_and_never_worse_random(pair, gamma):
 def test_block_flaws_have_computed_tv(pair, gamma):
     p, q = pair
     ref = sequence_law(p, (), gamma + 1)
-    for rule in flaws.BLOCK_FLAWS:
+    for rule in bv.BLOCK_FLAWS:
         tv = law_tv(rule.sequence_law(p, q, (), gamma, gamma + 1), ref)
         assert 0.0 <= tv <= 1.0
 
@@ -109,7 +110,7 @@ def test_block_sampler_matches_enumeration():
     p, q = toy_pair()
     gamma, n = 3, 8_000
     rng = np.random.default_rng(5)
-    for rule in (bv.TOKEN, bv.BLOCK) + flaws.BLOCK_FLAWS:
+    for rule in (bv.TOKEN, bv.BLOCK) + bv.BLOCK_FLAWS:
         f = cycles.RuleSampler(rule)
         counts = np.zeros(gamma + 1, dtype=np.int64)
         for _ in range(n):
@@ -150,7 +151,7 @@ def test_tree_exact_on_toy_pair(widths, drafting):
 def test_tree_flaws_are_biased(widths):
     p, q = toy_pair()
     ref = sequence_law(p, (), len(widths) + 1)
-    for rule in flaws.TREE_FLAWS + (flaws.NoResidualUpdate("topk"),):
+    for rule in md.TREE_FLAWS + (md.NoResidualUpdate("topk"),):
         tv = law_tv(rule.sequence_law(p, q, (), widths, len(widths) + 1), ref)
         assert tv > 1e-3 and not rule.exact, (rule, tv)
 
@@ -189,7 +190,7 @@ def test_tree_errors():
     with pytest.raises(ValueError, match="drafting"):
         md.RecursiveRejection("sometimes")
     with pytest.raises(ValueError, match="original_q"):
-        flaws.OriginalQ("with")
+        md.OriginalQ("with")
     with pytest.raises(ValueError, match="top_widths"):
         cycles.RuleSampler(rule)
     with pytest.raises(ValueError, match="top_widths"):
@@ -214,7 +215,7 @@ def test_matching_exact_for_unrelated_draft_and_flaw_biased():
     far = perturbed_draft(p, 0.0, rng=99)
     ref = sequence_law(p, (), 4)
     assert law_tv(matching.MATCHING.sequence_law(p, far, (), 3, 4), ref) < EXACT_TOL
-    assert law_tv(flaws.RESAMPLE_ON_MISMATCH.sequence_law(p, far, (), 3, 4), ref) > 1e-2
+    assert law_tv(matching.RESAMPLE_ON_MISMATCH.sequence_law(p, far, (), 3, 4), ref) > 1e-2
 
 
 def test_matching_acceptance_formulas():
@@ -235,20 +236,20 @@ def test_matching_acceptance_formulas():
 def test_matching_same_seed_same_string(greedy):
     p, q = toy_pair(closeness=0.3)
     for seed in range(100):
-        run = matching.generate(p, q, (), 3, 10, seed, seed + 7, greedy=greedy)
+        run = matching.run_matching(p, q, (), 3, 10, seed, seed + 7, greedy=greedy)
         assert run.tokens == matching.target_only(p, (), 10, seed)
         assert all(0 <= a <= 3 for a in run.accepted)
 
 
 def test_matching_sequential_stream_differs_but_keeps_the_law():
     p, q = toy_pair(closeness=0.3)
-    same = sum(matching.generate(p, q, (), 3, 10, s, s + 7, stream="sequential").tokens
+    same = sum(matching.run_matching(p, q, (), 3, 10, s, s + 7, stream="sequential").tokens
                == matching.target_only(p, (), 10, s) for s in range(100))
     assert same < 100
     n, length = 6000, 2
     counts: dict = {}
     for s in range(n):
-        key = matching.generate(p, q, (), 3, length, s, s + 1, stream="sequential").tokens
+        key = matching.run_matching(p, q, (), 3, length, s, s + 1, stream="sequential").tokens
         counts[key] = counts.get(key, 0) + 1
     ref = sequence_law(p, (), length)
     keys = sorted(ref)
@@ -300,7 +301,7 @@ def test_lossy_errors():
 
 
 @pytest.mark.parametrize("rule", [md.RecursiveRejection("without"), md.RecursiveRejection("topk"),
-                                  flaws.NO_RESIDUAL_UPDATE, flaws.ORIGINAL_Q])
+                                  md.NO_RESIDUAL_UPDATE, md.ORIGINAL_Q])
 @pytest.mark.parametrize("widths", [(2, 2), (3, 1), (2, 1)])
 def test_tree_sampler_matches_enumeration(rule, widths):
     p, q = toy_pair()
@@ -315,8 +316,10 @@ def test_tree_sampler_matches_enumeration(rule, widths):
     stats.assert_law(counts[law > 0], law[law > 0], false_alarm=FALSE_ALARM)
 
 
-@pytest.mark.parametrize("rule", [matching.MATCHING, flaws.RESAMPLE_ON_MISMATCH, lossy.Lossy("typical"),
-                                  bv.BLOCK, flaws.TOKEN_RESIDUAL])
+CHAIN_RULES = [r for r in rules.RULES.values() if not r.tree and getattr(r, "proposes", True)]
+
+
+@pytest.mark.parametrize("rule", CHAIN_RULES + [lossy.Lossy("typical")], ids=repr)
 def test_chain_sampler_matches_enumeration(rule):
     """The emitted tokens of one sampled cycle follow the rule's exact cycle law."""
     p, q = toy_pair()
@@ -339,15 +342,15 @@ def test_chain_sampler_matches_enumeration(rule):
 
 def test_first_cycle_accepted_law_is_the_accepted_count_law():
     p, q = toy_pair()
-    for rule, shape in ((bv.BLOCK, 3), (matching.MATCHING, 2), (md.RecursiveRejection("without"), (2, 1))):
+    for rule, shape in ((tokenrule.TOKEN, 3), (bv.BLOCK, 3), (matching.MATCHING, 2),
+                        (md.RecursiveRejection("without"), (2, 1))):
         joint = rule.first_cycle_accepted_law(p, q, (), shape)
         np.testing.assert_allclose(joint.sum(axis=1), np.array(rule.accepted_count_law(p, q, (), shape), float),
                                    atol=1e-12)
         assert joint[:, 1].sum() > 0                     # the toy pair has EOS: some cycles end there
-    # the token rule's joint law is the kit's own token-by-token law
-    from specdec.conformance.runner import first_cycle_accepted_law
-    np.testing.assert_allclose(bv.TOKEN.first_cycle_accepted_law(p, q, (), 3),
-                               first_cycle_accepted_law(p, q, (), 3), atol=1e-12)
+    # the token rule's joint law is the law the kit checks a block sampler against by default
+    assert conformance.checks.accepted_law_of(conformance.describe_sampler(lambda t, d, x, g, r: None),
+                                              None)[0] == tokenrule.TOKEN.first_cycle_accepted_law
 
 
 # --------------------------------------------------------------------------------------
@@ -356,8 +359,11 @@ def test_first_cycle_accepted_law_is_the_accepted_count_law():
 
 
 RULE_CASE = conformance.rule_cases()[0]
+#: Every flaw of the registry that has a chain or tree form and changes the law (the step
+#: flaws run as token-by-token rules along the drafted chain).
 FLAW_SAMPLERS = [cycles.RuleSampler(f, top_widths=(2,) if f.tree else None)
-                 for f in flaws.RULE_FLAWS + (flaws.NoResidualUpdate("topk"),)]
+                 for f in rules.FLAWS + (md.NoResidualUpdate("topk"),)
+                 if not f.exact and getattr(f, "proposes", True)]
 EXACT_SAMPLERS = [cycles.RuleSampler(bv.BLOCK), cycles.RuleSampler(matching.MATCHING),
                   cycles.RuleSampler(matching.MATCHING, greedy=True),
                   cycles.RuleSampler(md.RecursiveRejection("without"), top_widths=(2,)),
@@ -376,18 +382,18 @@ def _trials_to_catch(law_of_flaw: dict, case, level: float, power: float) -> int
     p, pi = [ref[k] for k in keys], [law_of_flaw.get(k, 0.0) for k in keys]
     assert abs(sum(pi) - 1.0) < 1e-9           # on this case no flaw emits an impossible sequence
     for n in (2_000 * 2 ** j for j in range(6)):
-        if stats.chisquare_power(p, pi, n, level) >= power:
+        if kitstats.chisquare_power(p, pi, n, level) >= power:
             return n
     raise AssertionError("flaw too small for this case")
 
 
 def test_chisquare_power():
     law = [0.5, 0.3, 0.2]
-    assert stats.chisquare_power(law, law, 5_000, 1e-3) == pytest.approx(1e-3, rel=1e-6)
-    assert stats.chisquare_power(law, [0.5, 0.2, 0.3], 5_000, 1e-3) > 0.999
-    assert stats.chisquare_power(law + [0.0], [0.5, 0.3, 0.1, 0.1], 100, 1e-3) > 0.99   # impossible outcome
+    assert kitstats.chisquare_power(law, law, 5_000, 1e-3) == pytest.approx(1e-3, rel=1e-6)
+    assert kitstats.chisquare_power(law, [0.5, 0.2, 0.3], 5_000, 1e-3) > 0.999
+    assert kitstats.chisquare_power(law + [0.0], [0.5, 0.3, 0.1, 0.1], 100, 1e-3) > 0.99   # impossible outcome
     with pytest.raises(LawError, match="alternative"):
-        stats.chisquare_power(law, [0.5, 0.5], 100, 1e-3)
+        kitstats.chisquare_power(law, [0.5, 0.5], 100, 1e-3)
 
 
 def test_rule_case_shows_every_flaw():
@@ -474,3 +480,72 @@ def test_measure_loss_token_and_cli(capsys):
     assert conformance.main(["specdec.gallery:vectorised_correct", "--accepted-law", "block", "--cases",
                              "article", "--trials", "100"]) == 2
     assert "block samplers only" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------
+# The registry: one name per rule, every exact rule exact, every step a cycle of gamma = 1
+# --------------------------------------------------------------------------------------
+
+
+def test_registry_names_each_rule_once():
+    assert len(rules.RULES) == len(rules.EXACT_RULES) + len(rules.FLAWS)
+    for name, rule in rules.RULES.items():
+        assert rules.get_rule(name) is rule and rules.rule_name(rule) == name
+    assert rules.get_rule("token") is tokenrule.TOKEN is bv.TOKEN
+    assert set(tokenrule.STEP_FLAWS + bv.BLOCK_FLAWS + md.TREE_FLAWS + matching.MATCHING_FLAWS) \
+        == set(rules.FLAWS)
+    with pytest.raises(ValueError, match=r"^rule: no rule is named 'bogus'; the rules are .*block"):
+        rules.get_rule("bogus")
+    with pytest.raises(TypeError, match=r"^rule: must be a rule's name"):
+        rules.get_rule(3)
+    with pytest.raises(ValueError, match=r"^rule: 'recursive_rejection\(with\)' verifies a tree"):
+        rules.accepted_law("recursive_rejection(with)")
+    with pytest.raises(ValueError, match=r"^rule: 'm_plus_r' is an error in the formula"):
+        rules.accepted_law("m_plus_r")
+
+
+@pytest.mark.parametrize("rule", rules.EXACT_RULES, ids=repr)
+@pytest.mark.parametrize("gamma", [1, 2])
+def test_every_exact_rule_of_the_registry_is_exact(rule, gamma):
+    p, q = toy_pair()
+    shape = (2,) + (1,) * (gamma - 1) if rule.tree else gamma
+    assert rule.exact
+    assert law_tv(rule.sequence_law(p, q, (), shape, gamma + 1), sequence_law(p, (), gamma + 1)) < EXACT_TOL
+
+
+@pytest.mark.parametrize("rule", [r for r in rules.FLAWS if getattr(r, "proposes", True)], ids=repr)
+def test_every_flaw_of_the_registry_has_the_law_its_exact_attribute_says(rule):
+    case = conformance.rule_cases()[0]
+    shape = (2,) + (1,) * (case.gamma - 1) if rule.tree else case.gamma
+    tv = law_tv(rule.sequence_law(case.target, case.draft, (), shape, case.length),
+                sequence_law(case.target, (), case.length))
+    assert (tv < EXACT_TOL) if rule.exact else (tv >= 0.05)
+
+
+@pytest.mark.parametrize("rule", tokenrule.STEP_RULES, ids=repr)
+def test_a_step_is_the_token_rule_at_gamma_one(rule):
+    """The law of the first token a cycle of gamma = 1 emits is the rule's step law."""
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    step = rule.output_law(p, q)
+    assert np.isclose(step.sum(), 1.0)
+    if not rule.proposes:
+        with pytest.raises(ValueError, match="no chain form"):
+            rule.outcomes(cycles.fixed_oracle(p, q), (), 1)
+        return
+    first = np.zeros(4)
+    for w, emitted, _ in rule.outcomes(cycles.fixed_oracle(p, q), (), 1):
+        first[emitted[0]] += w
+    np.testing.assert_allclose(first, step, atol=1e-12)
+    assert (laws_tv(step, p) < 1e-12) == rule.exact
+
+
+def test_step_flaws_sample_their_step_law():
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    rng = np.random.default_rng(8)
+    for rule in tokenrule.STEP_RULES:
+        counts = np.bincount([rule.sample_step(p, q, rng) for _ in range(4_000)], minlength=4)
+        law = rule.output_law(p, q)
+        stats.assert_law(counts[law > 0], law[law > 0], false_alarm=FALSE_ALARM)
+        assert counts[law == 0].sum() == 0

@@ -19,8 +19,8 @@ from specdec.simulate import (
     simulate_tokens,
 )
 from specdec.stats import assert_law
-from specdec import flaws, simulate
-from specdec.flaws import STEP_RULES
+from specdec import simulate, tokenrule
+from specdec.tokenrule import STEP_RULES
 from specdec.token import ARTICLE_P, ARTICLE_Q, output_law
 
 P, Q = np.array(ARTICLE_P), np.array(ARTICLE_Q)
@@ -57,7 +57,7 @@ def test_article_reference_run_other_laws_follow_exact_laws():
     p, q = CASES["four"]
     run = article_reference_run(20_000, 3, p=p, q=q)
     assert_law(run["correct"], output_law(p, q))
-    assert_law(run["fallback_p"], output_law(p, q, flaws.FALLBACK_P))
+    assert_law(run["fallback_p"], output_law(p, q, tokenrule.FALLBACK_P))
 
 
 # ------------------------------------------------------------------ simulate_step
@@ -91,15 +91,15 @@ def test_simulate_step_detects_every_flawed_rule():
 def test_shared_uniform_reuses_the_accept_uniform():
     """The bug must survive the engine: its counts follow the flawed law, not p."""
     p, q = CASES["four"]
-    counts = simulate_step(p, q, 2_000_000, np.random.default_rng(12), (flaws.SHARED_UNIFORM,))
-    assert_law(counts["shared_uniform"], output_law(p, q, flaws.SHARED_UNIFORM))
+    counts = simulate_step(p, q, 2_000_000, np.random.default_rng(12), (tokenrule.SHARED_UNIFORM,))
+    assert_law(counts["shared_uniform"], output_law(p, q, tokenrule.SHARED_UNIFORM))
     with pytest.raises(AssertionError):
         assert_law(counts["shared_uniform"], p)
 
 
 def test_rules_share_proposals_and_accept_decisions():
     rng = np.random.default_rng(5)
-    counts = simulate_step(P, Q, 100_000, rng, (flaws.CORRECT, flaws.FALLBACK_P, flaws.SHARED_UNIFORM))
+    counts = simulate_step(P, Q, 100_000, rng, (tokenrule.TOKEN, tokenrule.FALLBACK_P, tokenrule.SHARED_UNIFORM))
     # the residual is all on A: correct's B and C are exactly the accepted B and C,
     # which the fallback variant also emits, plus its recoveries
     assert np.all(counts["fallback_p"][1:] >= counts["correct"][1:])
@@ -130,7 +130,7 @@ def test_simulate_step_many_tokens_uses_binary_search_path():
     [
         ({"trials": 0}, "trials: must be an integer >= 1 (got 0)"),
         ({"chunk": 0}, "chunk: must be an integer >= 1 (got 0)"),
-        ({"rules": (flaws.CORRECT, "fallback_p")}, "rules: must be a step rule of specdec.flaws"),
+        ({"rules": (tokenrule.TOKEN, "fallback_p")}, "rules: must be a token-by-token rule of specdec.tokenrule"),
         ({"rules": ()}, "rules: must name at least one rule"),
         ({"dtype": np.int32}, "dtype: must be float32 or float64"),
         ({"rng": np.random.RandomState(0)}, "rng: must be a numpy.random.Generator"),
@@ -146,17 +146,17 @@ def test_simulate_step_errors(kwargs, fragment):
 
 
 def test_simulate_step_accepts_a_single_rule():
-    counts = simulate_step(P, Q, 10, np.random.default_rng(0), flaws.FALLBACK_P)
+    counts = simulate_step(P, Q, 10, np.random.default_rng(0), tokenrule.FALLBACK_P)
     assert list(counts) == ["fallback_p"]
 
 
-@pytest.mark.parametrize("rule", [flaws.DROP_REJECTED, flaws.SHARED_UNIFORM])
+@pytest.mark.parametrize("rule", [tokenrule.DROP_REJECTED, tokenrule.SHARED_UNIFORM])
 def test_engines_refuse_proposal_dependent_rules_on_large_vocabularies(rule):
     v = simulate.MAX_VOCAB_PER_PROPOSAL_RECOVERY + 1
     p = np.full(v, 1.0 / v)
     for engine in (simulate_step, simulate_tokens):
         with pytest.raises(ValueError, match=rf"^rules: {rule.name} needs up to V x V numbers .* V = {v}"):
-            engine(p, p, 10, np.random.default_rng(0), (flaws.CORRECT, rule))
+            engine(p, p, 10, np.random.default_rng(0), (tokenrule.TOKEN, rule))
 
 
 # ------------------------------------------------------------------ per-trial engines
@@ -173,7 +173,7 @@ def test_simulate_tokens_matches_exact_laws(case):
 
 
 def test_simulate_tokens_coupling():
-    tokens = simulate_tokens(P, Q, 20_000, np.random.default_rng(9), (flaws.CORRECT, flaws.FALLBACK_P))
+    tokens = simulate_tokens(P, Q, 20_000, np.random.default_rng(9), (tokenrule.TOKEN, tokenrule.FALLBACK_P))
     differ = tokens["correct"] != tokens["fallback_p"]
     # variants can differ only on rejected trials, where correct emits A
     assert np.all(tokens["correct"][differ] == 0)
@@ -189,7 +189,7 @@ def test_running_frequencies():
         assert f[0] in (0.0, 1.0)
     assert abs(freq["correct"][-1] - 0.5) < 0.02
     assert abs(freq["fallback_p"][-1] - 0.35) < 0.02
-    other = running_frequencies(P, Q, 1000, np.random.default_rng(4), rules=(flaws.RESAMPLE_Q,), symbol=2)
+    other = running_frequencies(P, Q, 1000, np.random.default_rng(4), rules=(tokenrule.RESAMPLE_Q,), symbol=2)
     assert list(other) == ["resample_q"]
     with pytest.raises(ValueError, match=r"symbol: must be an integer in \[0, 2\] \(got 3\)"):
         running_frequencies(P, Q, 10, np.random.default_rng(0), symbol=3)

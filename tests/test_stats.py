@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from specdec import flaws
+from specdec import kitstats, tokenrule
 from specdec.laws import LawError
 from specdec.stats import (
     GofResult,
@@ -124,7 +124,7 @@ def test_assert_law_article_runs():
         assert_law(WRONG, P)
     msg = str(err.value)
     assert "false_alarm = 1e-09, n = 200000" in msg and "token 0" in msg and "0.350050" in msg
-    assert_law(WRONG, output_law(P, ARTICLE_Q, flaws.FALLBACK_P))
+    assert_law(WRONG, output_law(P, ARTICLE_Q, tokenrule.FALLBACK_P))
 
 
 def test_assert_law_impossible_token():
@@ -180,7 +180,7 @@ def test_law_pvalue_exact_enumeration_binary():
 
 def test_trials_to_detect_article_bias():
     n = trials_to_detect(0.15, law=P)
-    assert n == trials_to_detect(None, law=P, alternative=output_law(P, ARTICLE_Q, flaws.FALLBACK_P))
+    assert n == trials_to_detect(None, law=P, alternative=output_law(P, ARTICLE_Q, tokenrule.FALLBACK_P))
     assert 500 < n < 2000
     assert trials_to_detect(0.15, law=P, method="asymptotic") < n
     assert trials_to_detect(0.015, law=P) > 50 * n  # ~ 1 / tv^2
@@ -188,7 +188,7 @@ def test_trials_to_detect_article_bias():
 
 def test_trials_to_detect_power_is_achieved_empirically():
     """Simulate the biased sampler at the predicted n: the check must fail it ~always."""
-    alt = output_law(P, ARTICLE_Q, flaws.FALLBACK_P)
+    alt = output_law(P, ARTICLE_Q, tokenrule.FALLBACK_P)
     n = trials_to_detect(0.15, law=P, false_alarm=1e-9, power=0.9)
     rng = np.random.default_rng(0)
     counts = rng.multinomial(n, alt, size=400)
@@ -318,6 +318,6 @@ def test_detectable_tv_refuses_power_below_level_and_never_exceeds_one():
     from specdec import stats
 
     with pytest.raises(ValueError, match="power: must exceed level"):
-        stats.detectable_tv(1000, 2, 0.001, 0.0005)
-    assert stats.detectable_tv(1, 2, 0.001, 0.9) == 1.0
-    assert stats.detectable_tv(10**6, 2, 0.001, 0.9) < 0.01
+        kitstats.detectable_tv(1000, 2, 0.001, 0.0005)
+    assert kitstats.detectable_tv(1, 2, 0.001, 0.9) == 1.0
+    assert kitstats.detectable_tv(10**6, 2, 0.001, 0.9) < 0.01

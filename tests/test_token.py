@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from specdec import flaws
-from specdec.flaws import STEP_RULES
+from specdec import tokenrule
+from specdec.tokenrule import STEP_RULES
 from specdec.laws import LawError, check_law, sampling_law, softmax, tv_distance
 from specdec.stats import assert_law
 from specdec.token import (
@@ -59,7 +59,7 @@ def test_article_beta_z_residual():
 
 def test_article_laws():
     np.testing.assert_allclose(output_law(P, Q), P, atol=1e-15)
-    wrong = output_law(P, Q, flaws.FALLBACK_P)
+    wrong = output_law(P, Q, tokenrule.FALLBACK_P)
     np.testing.assert_allclose(wrong, [0.35, 0.39, 0.26], atol=1e-15)
     assert tv_distance(wrong, P) == pytest.approx(0.15, abs=1e-15)
     assert P[0] - wrong[0] == pytest.approx(0.15, abs=1e-15)  # attained on {A}
@@ -72,21 +72,21 @@ def test_article_snippet():
     z = 1 - sum(m)
     r = [max(x - y, 0) / z for x, y in zip(p, q)]
     np.testing.assert_allclose([a + z * b for a, b in zip(m, r)], output_law(p, q), atol=1e-15)
-    np.testing.assert_allclose([a + z * b for a, b in zip(m, p)], output_law(p, q, flaws.FALLBACK_P), atol=1e-15)
+    np.testing.assert_allclose([a + z * b for a, b in zip(m, p)], output_law(p, q, tokenrule.FALLBACK_P), atol=1e-15)
 
 
 def test_article_gallery_values():
-    np.testing.assert_allclose(output_law(P, Q, flaws.RESAMPLE_Q), [0.26, 0.45, 0.29], atol=1e-15)
-    np.testing.assert_allclose(output_law(P, Q, flaws.UNCLIPPED_RATIO), P, atol=1e-15)
+    np.testing.assert_allclose(output_law(P, Q, tokenrule.RESAMPLE_Q), [0.26, 0.45, 0.29], atol=1e-15)
+    np.testing.assert_allclose(output_law(P, Q, tokenrule.UNCLIPPED_RATIO), P, atol=1e-15)
     # shared uniform is harmless here: the residual has one support point
-    np.testing.assert_allclose(output_law(P, Q, flaws.SHARED_UNIFORM), P, atol=1e-15)
+    np.testing.assert_allclose(output_law(P, Q, tokenrule.SHARED_UNIFORM), P, atol=1e-15)
     np.testing.assert_allclose(m_plus_r_raw(P, Q), [1.2, 0.3, 0.2], atol=1e-15)
-    np.testing.assert_allclose(output_law(P, Q, flaws.M_PLUS_R), np.array([1.2, 0.3, 0.2]) / 1.7, atol=1e-15)
+    np.testing.assert_allclose(output_law(P, Q, tokenrule.M_PLUS_R), np.array([1.2, 0.3, 0.2]) / 1.7, atol=1e-15)
     # drop_rejected: rejections of B (0.2) redraw from (A, C) = (5/7, 2/7); of C (0.1) from (5/8, 3/8)
     expected = np.array([0.2 + 0.2 * 5 / 7 + 0.1 * 5 / 8, 0.3 + 0.1 * 3 / 8, 0.2 + 0.2 * 2 / 7])
-    np.testing.assert_allclose(output_law(P, Q, flaws.DROP_REJECTED), expected, atol=1e-15)
+    np.testing.assert_allclose(output_law(P, Q, tokenrule.DROP_REJECTED), expected, atol=1e-15)
     # inverted: accept with min(1, q/p) = (0.4, 1, 1) -> A keeps 0.08, rejection mass 0.12 goes to A
-    np.testing.assert_allclose(output_law(P, Q, flaws.INVERTED_RATIO), [0.2, 0.5, 0.3], atol=1e-15)
+    np.testing.assert_allclose(output_law(P, Q, tokenrule.INVERTED_RATIO), [0.2, 0.5, 0.3], atol=1e-15)
 
 
 def test_step_law_record():
@@ -134,7 +134,7 @@ def test_zero_target_mass_is_never_emitted_by_correct_rule():
     np.testing.assert_allclose(output_law(p, q), p)
     assert acceptance_probabilities(p, q)[0] == 0.0
     # the inverted ratio emits the forbidden token whenever it is proposed
-    assert output_law(p, q, flaws.INVERTED_RATIO)[0] == pytest.approx(0.9)
+    assert output_law(p, q, tokenrule.INVERTED_RATIO)[0] == pytest.approx(0.9)
 
 
 def test_single_token_vocabulary():
@@ -148,7 +148,7 @@ def test_validation_messages():
         output_law(P, [0.25] * 4)
     with pytest.raises(LawError, match=r"^p: probabilities must sum to 1"):
         residual([0.5, 0.3, 0.1], Q)
-    with pytest.raises(TypeError, match=r"^rule: must be a step rule of specdec.flaws"):
+    with pytest.raises(TypeError, match=r"^rule: must be a token-by-token rule of specdec.tokenrule"):
         output_law(P, Q, "fallback_p")
     with pytest.raises(TypeError, match=r"^rng: must be a numpy.random.Generator"):
         sample_step(P, Q, np.random.RandomState(0))
@@ -213,7 +213,7 @@ def test_fallback_p_identity(pq):
     """law - p = Z (p - r) and TV(law, p) = Z TV(p, r)."""
     p, q = pq
     z, r = rejection_probability(p, q), residual(p, q)
-    law = output_law(p, q, flaws.FALLBACK_P)
+    law = output_law(p, q, tokenrule.FALLBACK_P)
     np.testing.assert_allclose(law - p, z * (p - r), atol=1e-12)
     assert tv_distance(law, p) == pytest.approx(z * tv_distance(p, r), abs=1e-12)
 
@@ -223,14 +223,14 @@ def test_fallback_p_identity(pq):
 def test_resample_q_identity(pq):
     p, q = pq
     z, r = rejection_probability(p, q), residual(p, q)
-    np.testing.assert_allclose(output_law(p, q, flaws.RESAMPLE_Q) - p, z * (q - r), atol=1e-12)
+    np.testing.assert_allclose(output_law(p, q, tokenrule.RESAMPLE_Q) - p, z * (q - r), atol=1e-12)
 
 
 @settings(max_examples=100, deadline=None)
 @given(pairs())
 def test_unclipped_ratio_is_harmless(pq):
     p, q = pq
-    np.testing.assert_allclose(output_law(p, q, flaws.UNCLIPPED_RATIO), output_law(p, q), atol=1e-15)
+    np.testing.assert_allclose(output_law(p, q, tokenrule.UNCLIPPED_RATIO), output_law(p, q), atol=1e-15)
 
 
 @settings(max_examples=100, deadline=None)
@@ -239,9 +239,9 @@ def test_m_plus_r_raw_sums_to_one_plus_beta(pq):
     p, q = pq
     raw = m_plus_r_raw(p, q)
     assert raw.sum() == pytest.approx(1.0 + acceptance_rate(p, q), abs=1e-12)
-    np.testing.assert_allclose(output_law(p, q, flaws.M_PLUS_R), raw / raw.sum(), atol=1e-15)
+    np.testing.assert_allclose(output_law(p, q, tokenrule.M_PLUS_R), raw / raw.sum(), atol=1e-15)
     # it matches p only when r == p, i.e. m proportional to p
-    law = output_law(p, q, flaws.M_PLUS_R)
+    law = output_law(p, q, tokenrule.M_PLUS_R)
     assert tv_distance(law, p) == pytest.approx(
         tv_distance((accepted_mass(p, q) + residual(p, q)) / raw.sum(), p), abs=1e-12)
 
@@ -258,7 +258,7 @@ def test_drop_rejected_formula(pq):
             rest = p.copy()
             rest[x] = 0.0
             expected += w * rest / rest.sum()
-    np.testing.assert_allclose(output_law(p, q, flaws.DROP_REJECTED), expected, atol=1e-12)
+    np.testing.assert_allclose(output_law(p, q, tokenrule.DROP_REJECTED), expected, atol=1e-12)
 
 
 @settings(max_examples=100, deadline=None)
@@ -275,14 +275,14 @@ def test_shared_uniform_exact_by_quadrature(pq):
     for x in np.flatnonzero(q > 0):
         out = np.where(u < a[x], x, np.searchsorted(cdf, u, side="right"))
         law += q[x] * np.bincount(out, minlength=p.size) / n
-    np.testing.assert_allclose(output_law(p, q, flaws.SHARED_UNIFORM), law, atol=2 * p.size / n)
+    np.testing.assert_allclose(output_law(p, q, tokenrule.SHARED_UNIFORM), law, atol=2 * p.size / n)
 
 
 @settings(max_examples=100, deadline=None)
 @given(pairs())
 def test_shared_uniform_harmless_iff_residual_has_one_point(pq):
     p, q = pq
-    law = output_law(p, q, flaws.SHARED_UNIFORM)
+    law = output_law(p, q, tokenrule.SHARED_UNIFORM)
     if (residual(p, q) > 0).sum() <= 1:
         np.testing.assert_allclose(law, p, atol=1e-12)
 
@@ -292,7 +292,7 @@ def test_shared_uniform_wrong_with_two_residual_points():
     q = np.array([0.4, 0.3, 0.1, 0.2])
     # residual on {2, 3} = (0.25, 0.05)/0.3; rejections carry u in [a(x), 1) with a = (0.75, 1/3)
     # x = 0: u in [0.75, 1) -> token 3 only when u >= 5/6: P = (1/6)/(1/4) = 2/3 vs 1/6
-    law = output_law(p, q, flaws.SHARED_UNIFORM)
+    law = output_law(p, q, tokenrule.SHARED_UNIFORM)
     expected = np.minimum(p, q).copy()
     expected[2] += 0.1 * (1 / 3) + 0.2 * ((5 / 6 - 1 / 3) / (2 / 3))
     expected[3] += 0.1 * (2 / 3) + 0.2 * ((1 - 5 / 6) / (2 / 3))
@@ -307,10 +307,10 @@ def test_flawed_rules_deviate_only_where_theory_says(pq):
     z = rejection_probability(p, q)
     r = residual(p, q)
     if z == 0:  # no rejection: every rule except the inverted ratio is exact
-        for rule in (flaws.FALLBACK_P, flaws.RESAMPLE_Q, flaws.DROP_REJECTED, flaws.SHARED_UNIFORM):
+        for rule in (tokenrule.FALLBACK_P, tokenrule.RESAMPLE_Q, tokenrule.DROP_REJECTED, tokenrule.SHARED_UNIFORM):
             np.testing.assert_allclose(output_law(p, q, rule), p, atol=1e-12)
     else:
-        for rule, other in ((flaws.FALLBACK_P, p), (flaws.RESAMPLE_Q, q)):
+        for rule, other in ((tokenrule.FALLBACK_P, p), (tokenrule.RESAMPLE_Q, q)):
             if tv_distance(other, r) > 1e-6:  # recovering from a law other than r is visible
                 assert tv_distance(output_law(p, q, rule), p) > 0.5e-6 * z
 
@@ -394,7 +394,7 @@ def test_sample_step_follows_output_law(rule):
 
 def test_sample_step_detects_fallback_bias():
     rng = np.random.default_rng(7)
-    counts = np.bincount([sample_step(P, Q, rng, flaws.FALLBACK_P) for _ in range(6_000)], minlength=3)
+    counts = np.bincount([sample_step(P, Q, rng, tokenrule.FALLBACK_P) for _ in range(6_000)], minlength=3)
     with pytest.raises(AssertionError):
         assert_law(counts, P, false_alarm=1e-9)
 
@@ -412,7 +412,7 @@ def test_sample_step_emits_only_tokens_with_positive_law(pq, rule, seed):
 # ------------------------------------------------------------------ large vocabularies
 
 
-@pytest.mark.parametrize("rule", [flaws.DROP_REJECTED, flaws.SHARED_UNIFORM])
+@pytest.mark.parametrize("rule", [tokenrule.DROP_REJECTED, tokenrule.SHARED_UNIFORM])
 def test_flawed_laws_need_o_v_memory_at_a_million_tokens(rule):
     """The 4-token example padded with 999,996 tokens of probability 0: the law is the
     small one, padded, and the peak memory is a few arrays of V floats (no V x V)."""

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec import cost, stats
+from specdec import cost, dependence, stats
 from specdec import workloads as W
 from specdec.laws import LawError
 
@@ -180,7 +180,7 @@ def test_simulated_accepted_lengths_follow_exact_law(w):
 def test_cycles_continuing_along_the_chain_follow_the_renewal_law(make):
     """Requests start at the chain's stationary law; cycle k's start law is initial K^(k-1)."""
     w, gamma, cycles = make(), 6, 8
-    a = W.simulate_cycles(w, gamma, 100_000, cycles, np.random.default_rng(11))
+    a = W.simulate_requests(w, gamma, 100_000, cycles, np.random.default_rng(11))
     start = w.initial @ np.linalg.matrix_power(w.cycle_kernel(gamma), cycles - 1)
     assert np.allclose(w.start_law(gamma, cycle=cycles), start)
     j = _brute_force_joint(w, gamma, start)
@@ -195,21 +195,21 @@ def test_cycles_continuing_along_the_chain_follow_the_renewal_law(make):
 
 def test_cycle_dependence_detects_the_carried_regime():
     rng = np.random.default_rng(5)
-    carried = W.simulate_cycles(W.bursty_workload(), 4, 300, 40, rng)
-    fresh = W.simulate_cycles(W.bursty_workload(carry=False), 4, 300, 40, rng)
-    d, f = W.cycle_dependence(carried, rng, resamples=300), W.cycle_dependence(fresh, rng, resamples=300)
+    carried = W.simulate_requests(W.bursty_workload(), 4, 300, 40, rng)
+    fresh = W.simulate_requests(W.bursty_workload(carry=False), 4, 300, 40, rng)
+    d, f = dependence.cycle_dependence(carried, rng, resamples=300), dependence.cycle_dependence(fresh, rng, resamples=300)
     assert d.verdict == "positive" and d.low < W.bursty_workload().cycle_correlation(4) < d.high
     assert f.low < 0 < f.high or abs(f.correlation) < 0.05
     assert d.pairs == 300 * 39 and d.requests == 300
     assert set(d.to_dict()) == {"correlation", "low", "high", "confidence", "pairs", "requests"}
     # ragged requests (as decoded ones are) and a request too short to give a pair
-    ragged = W.cycle_dependence([[0, 1, 2], [3, 3], [1]], rng, resamples=100)
+    ragged = dependence.cycle_dependence([[0, 1, 2], [3, 3], [1]], rng, resamples=100)
     assert ragged.pairs == 3 and ragged.requests == 2
 
 
 def test_exact_cycle_correlation_matches_simulation():
     w = W.bursty_workload()
-    a = W.simulate_cycles(w, 6, 4000, 60, np.random.default_rng(8))[:, 20:]   # near stationarity
+    a = W.simulate_requests(w, 6, 4000, 60, np.random.default_rng(8))[:, 20:]   # near stationarity
     x, y = a[:, :-1].ravel(), a[:, 1:].ravel()
     assert np.corrcoef(x, y)[0, 1] == pytest.approx(w.cycle_correlation(6), abs=0.02)
 
@@ -227,8 +227,8 @@ def test_simulated_outcomes_are_reproducible():
     a = W.simulate_outcomes(w, 4, 100, np.random.default_rng(3))
     b = W.simulate_outcomes(w, 4, 100, np.random.default_rng(3))
     assert a.dtype == bool and a.shape == (100, 4) and np.array_equal(a, b)
-    c1 = W.simulate_cycles(w, 4, 10, 7, np.random.default_rng(3))
-    assert np.array_equal(c1, W.simulate_cycles(w, 4, 10, 7, np.random.default_rng(3)))
+    c1 = W.simulate_requests(w, 4, 10, 7, np.random.default_rng(3))
+    assert np.array_equal(c1, W.simulate_requests(w, 4, 10, 7, np.random.default_rng(3)))
 
 
 @settings(max_examples=60, deadline=None)
@@ -261,10 +261,10 @@ def test_joint_is_a_valid_tail_sequence(a, data):
     (lambda: cost.best_gamma(W.bursty_workload(), 0.05, None), "gammas"),
     (lambda: W.simulate_outcomes(W.ConstantWorkload(0.7), 3, 10, np.random.RandomState(0)), "rng"),
     (lambda: W.simulate_outcomes(W.ConstantWorkload(0.7), 3, 0, np.random.default_rng(0)), "n"),
-    (lambda: W.simulate_cycles(W.bursty_workload(), 3, 2, 0, np.random.default_rng(0)), "cycles"),
-    (lambda: W.cycle_dependence([[1, 2]], np.random.default_rng(0)), "accepted_lengths"),
-    (lambda: W.cycle_dependence([[1, 2], [-1, 0]], np.random.default_rng(0)), "accepted_lengths"),
-    (lambda: W.cycle_dependence([[1, 2], [1, 0]], np.random.default_rng(0), confidence=1.5), "confidence"),
+    (lambda: W.simulate_requests(W.bursty_workload(), 3, 2, 0, np.random.default_rng(0)), "cycles"),
+    (lambda: dependence.cycle_dependence([[1, 2]], np.random.default_rng(0)), "accepted_lengths"),
+    (lambda: dependence.cycle_dependence([[1, 2], [-1, 0]], np.random.default_rng(0)), "accepted_lengths"),
+    (lambda: dependence.cycle_dependence([[1, 2], [1, 0]], np.random.default_rng(0), confidence=1.5), "confidence"),
 ])
 def test_invalid_inputs_raise(call, match):
     """Laws (transition rows, initial and cycle-start laws) raise LawError; every other

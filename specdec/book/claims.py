@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import flaws, simulate, stats, token
+from .. import simulate, stats, token, tokenrule
 from ..laws import tv_distance
 
 __all__ = ["Claim", "CLAIMS", "RELATIONS", "claim", "check", "ledger", "article_run_frequencies"]
@@ -121,7 +121,7 @@ def _mass(i: int) -> float:
 
 
 def _fallback(i: int) -> float:
-    return float(token.output_law(_P, _Q, flaws.FALLBACK_P)[i])
+    return float(token.output_law(_P, _Q, tokenrule.FALLBACK_P)[i])
 
 
 def _freq(rule: str, i: int) -> float:
@@ -134,7 +134,7 @@ def _deficit_outside_a() -> float:
 
 
 def _tv_attained_on_a() -> float:
-    law = token.output_law(_P, _Q, flaws.FALLBACK_P)
+    law = token.output_law(_P, _Q, tokenrule.FALLBACK_P)
     event = np.flatnonzero(_P > law)  # the set S attaining max_S |p(S) - law(S)|
     return 1.0 if event.tolist() == [_A] else 0.0
 
@@ -195,7 +195,7 @@ _SECTION_1_4: tuple[Claim, ...] = (
     Claim("s3_target_A", 3, "The target probability of A is 0.50.",
           0.50, 0.005, lambda: float(_P[_A])),
     Claim("s3_tv", 3, "The total variation distance between the flawed law and p is 0.15.",
-          0.15, 0.005, lambda: tv_distance(token.output_law(_P, _Q, flaws.FALLBACK_P), _P)),
+          0.15, 0.005, lambda: tv_distance(token.output_law(_P, _Q, tokenrule.FALLBACK_P), _P)),
     Claim("s3_tv_gap_A", 3, "On the event {A}: 0.50 versus 0.35, a difference of 0.15.",
           0.15, 0.005, lambda: float(_P[_A] - _fallback(_A))),
     Claim("s3_tv_event_is_A", 3, "The event {A} alone attains the TV distance (1 = yes).",
@@ -238,7 +238,7 @@ def _cost():
 
 def _cycle_extremes() -> tuple[float, float]:
     """(fewest tokens, most tokens - gamma) emitted by one exact cycle, over gamma 1..4."""
-    from ..block import cycle_length_law
+    from ..stateful import cycle_length_law
     from ..models import toy_pair
     lo, hi = np.inf, -np.inf
     for target, draft in (toy_pair(), toy_pair(3, seed=3, eos=None)):

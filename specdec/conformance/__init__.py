@@ -65,7 +65,7 @@ Accounting
     ``n_accepted = len(emitted) - 1`` (``= len(emitted)`` when the cycle ends at an
     accepted end-of-sequence) and ``0 <= n_accepted <= n_proposed <= gamma``, in every
     cycle; and the accepted count of the first cycle of each decode must follow its
-    exact law (:func:`specdec.block.accepted_count_law`). Accepts after the first
+    exact law (:func:`specdec.stateful.cycle_accepted_law`). Accepts after the first
     rejection must not be counted: ``[accept, reject, accept, accept]`` counts 1.
     That law is token-by-token verification's; a block sampler that verifies otherwise
     (block verification, a draft tree, the matching rule) names the accepted-count law of
@@ -135,16 +135,18 @@ False
 
 from __future__ import annotations
 
-from specdec.stats import Binning, detectable_tv, holm_adjust, pool_cells
+from specdec.kitstats import Binning, detectable_tv, holm_adjust, pool_cells
 
-from .plan import DEFAULT_RESOLUTION, Plan, plan_battery
+from .pilot import plan_battery
+from .plan import DEFAULT_RESOLUTION, Plan
 from .cases import (BATCH_CASE_NAMES, BLOCK_CASE_NAMES, CASE_NAMES, RULE_CASE_NAMES, BatchCase, BlockCase,
                     TokenCase, batch_cases, block_cases, rule_cases, token_cases)
 from .conventions import (ACCEPTED_LAWS, SamplerSpec, batch_sampler, block_sampler, describe_sampler,
                           load_sampler, token_sampler)
 from .loss import CaseLoss, LossReport, measure_loss
 from .report import CaseResult, Check, CycleAccounting, Report
-from .runner import assert_conforms, run_battery, run_case
+from .checks import run_case
+from .runner import assert_conforms, run_battery
 
 __all__ = [
     "SamplerSpec",

@@ -17,10 +17,11 @@ from typing import Sequence
 
 from .cases import batch_cases, block_cases, rule_cases, token_cases
 from .conventions import (ACCEPTED_LAWS, AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED,
-                          OWN, TOKEN, _check_accepted_law, describe_sampler, load_sampler)
+                          OWN, TOKEN, check_accepted_law, describe_sampler, load_sampler)
 from .loss import measure_loss
-from .plan import plan_battery
-from .runner import _resolve_cases, run_battery
+from .checks import resolve_cases
+from .pilot import plan_battery
+from .runner import run_battery
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,9 +43,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="where the sampler's proposals come from (default: detected)")
     ap.add_argument("--accepted-eos", choices=(AUTO, COUNTED, NOT_COUNTED), default=None,
                     help="whether an accepted end-of-sequence is reported as accepted")
+    ap.add_argument("--rule", default=None, metavar="NAME",
+                    help="block samplers: the verification rule the sampler implements, whose "
+                         "accepted-count law its counts must follow (a name of specdec.rules: "
+                         + ", ".join(ACCEPTED_LAWS) + ")")
     ap.add_argument("--accepted-law", default=None,
-                    help="block samplers: the accepted-count law of the rule ("
-                         + ", ".join(ACCEPTED_LAWS) + ", or package.module:function)")
+                    help="block samplers: as --rule NAME, or package.module:function, a law of "
+                         "the toy models")
     ap.add_argument("--measure", action="store_true",
                     help="measure the loss (TV and KL with intervals) instead of testing")
     ap.add_argument("--seed", type=int, default=0)
@@ -84,14 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   inputs=args.inputs, cases=cases, seed=args.seed, trials=args.trials)
             print(report.to_markdown())
             return 0
-        law = args.accepted_law
+        if args.rule is not None and args.accepted_law is not None:
+            raise ValueError("--rule: give the rule or --accepted-law, not both")
+        if args.rule is not None and args.rule not in ACCEPTED_LAWS:
+            raise ValueError(f"--rule: one of {', '.join(ACCEPTED_LAWS)} (got {args.rule!r})")
+        law = args.rule if args.rule is not None else args.accepted_law
         if law is not None and law not in ACCEPTED_LAWS:
             if ":" not in law:
                 raise ValueError(f"--accepted-law: one of {', '.join(ACCEPTED_LAWS)} or "
                                  f"package.module:function (got {law!r})")
             law = load_sampler(law, "--accepted-law")
             try:
-                _check_accepted_law(law)
+                check_accepted_law(law)
             except TypeError as exc:
                 raise ValueError(f"--accepted-law: {str(exc).removeprefix('accepted_law: ')}") \
                     from None
@@ -101,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolution = None
         if trials is None:
             spec = describe_sampler(sampler, **conv)
-            case_list = _resolve_cases(spec.kind, cases)
+            case_list = resolve_cases(spec.kind, cases)
             the_plan = plan_battery(spec, sampler, case_list, resolution=args.resolution,
                                     budget=args.budget, false_alarm=args.false_alarm,
                                     power=args.power, seed=args.seed, pilot=True)

@@ -220,7 +220,7 @@ def rule_cases() -> tuple[BlockCase, ...]:
         target (closeness 0), gamma = 3, decodes of 4 tokens. Chosen from seeded random
         pairs so that every flaw of block verification, of recursive rejection over a tree
         with two candidates at the top, and of the matching rule
-        (:data:`specdec.flaws.RULE_FLAWS`) has a TV of at least 0.05 on the law of the four
+        (:data:`specdec.rules.FLAWS`) has a TV of at least 0.05 on the law of the four
         tokens (the small ones, ``token_residual`` and ``original_q``, are about 0.05 and
         0.08; on the standard ``block_g4`` they are 0.0007 and 0.015). Run it with
         ``cases=BLOCK_CASE_NAMES + RULE_CASE_NAMES``; it is not in the default battery.

@@ -11,9 +11,11 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from specdec import rules as _rules
+
 __all__ = ["TOKEN", "BLOCK", "BATCH", "batch_sampler", "LAWS", "LOGITS", "AUTO", "FROM_Q", "OWN", "COUNTED", "NOT_COUNTED",
            "SamplerSpec", "token_sampler", "block_sampler",
-           "describe_sampler", "load_sampler", "ACCEPTED_LAWS"]
+           "describe_sampler", "load_sampler", "ACCEPTED_LAWS", "check_accepted_law"]
 
 TOKEN = "token"
 BLOCK = "block"
@@ -30,8 +32,11 @@ COUNTED = "counted"
 NOT_COUNTED = "not_counted"
 
 #: Verification rules whose accepted-count law a block sampler can name (see
-#: :class:`SamplerSpec`): token by token (the default), block verification, the matching rule.
-ACCEPTED_LAWS = ("token", "block", "matching")
+#: :class:`SamplerSpec`): every chain rule of the registry :data:`specdec.rules.RULES`, exact
+#: or flawed (``"correct"`` is token by token, the default; ``"token"`` is its earlier name).
+ACCEPTED_LAWS: tuple[str, ...] = tuple(
+    sorted(name for name, rule in _rules.RULES.items()
+           if not rule.tree and getattr(rule, "proposes", True))) + tuple(_rules.ALIASES)
 
 #: Largest number of steps requested from a vectorised sampler in one call.
 CHUNK = 1 << 18
@@ -196,7 +201,7 @@ def block_sampler(func: Callable | None = None, *, vectorised: bool = False, pro
     """
     _check_choice(proposals, "proposals", (AUTO, FROM_Q, OWN))
     _check_choice(accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED))
-    _check_accepted_law(accepted_law)
+    check_accepted_law(accepted_law)
     return _marker(func, BLOCK, vectorised, LAWS, proposals=proposals, accepted_eos=accepted_eos,
                    accepted_law=accepted_law)
 
@@ -223,12 +228,12 @@ def batch_sampler(func: Callable | None = None):
     return _marker(func, BATCH, True, LAWS)
 
 
-def _check_accepted_law(law):
+def check_accepted_law(law):
     """``law`` if it is None, a name of :data:`ACCEPTED_LAWS` or a callable; else an error naming it."""
     if isinstance(law, str):
         _check_choice(law, "accepted_law", ACCEPTED_LAWS)
     elif law is not None and not callable(law):
-        raise TypeError(f"accepted_law: must be one of {', '.join(map(repr, ACCEPTED_LAWS))} or a "
+        raise TypeError(f"accepted_law: must be a rule's name (specdec.rules.RULES, e.g. 'block') or a "
                         f"callable law(target, draft, prefix, gamma) (got {law!r})")
     elif law is not None:
         try:
@@ -340,7 +345,7 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
         spec = dataclasses.replace(spec, accepted_eos=_check_choice(
             accepted_eos, "accepted_eos", (AUTO, COUNTED, NOT_COUNTED)))
     if accepted_law is not None:
-        _check_accepted_law(accepted_law)
+        check_accepted_law(accepted_law)
         if spec.kind != BLOCK:
             raise ValueError("accepted_law: applies to block samplers only")
         spec = dataclasses.replace(spec, accepted_law=accepted_law)

@@ -5,7 +5,7 @@ fails it, and that is all it says. :func:`measure_loss` runs the same cases thro
 same calling conventions and *measures* the distance instead: for each case, the TV
 distance between the sampler's law and the exact law, with an interval valid for every
 number of trials (:func:`specdec.stats.tv_ci`, Weissman et al.'s bound), and the plug-in
-KL divergence with a multinomial bootstrap interval (:func:`specdec.stats.kl_ci`). The
+KL divergence with a multinomial bootstrap interval (:func:`specdec.kitstats.kl_ci`). The
 outcomes are whole decoded sequences of ``length`` tokens for a block sampler and tokens
 for a token sampler; outcomes the target never produces form one cell of exact
 probability 0 (they make the KL infinite). Used in Appendix A4 on the lossy acceptance
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import laws, stats
+from specdec import kitstats, laws, stats
 
 from .conventions import BATCH, BLOCK, SamplerSpec, describe_sampler
-from .runner import (_call_token, _case_rng, _resolve_cases, _run_block_scalar,
-                     _run_block_vectorised, _tally_tokens, sequence_counts)
+from .checks import case_rng, resolve_cases, sequence_counts
+from .drive import call_token, run_block_scalar, run_block_vectorised, tally_tokens
 
 __all__ = ["CaseLoss", "LossReport", "measure_loss", "DEFAULT_LOSS_TRIALS"]
 
@@ -49,7 +49,7 @@ class CaseLoss:
         Outcomes counted (decodes, or token steps).
     tv : specdec.stats.TvInterval
         TV between the sampler's law and the exact law, with its interval.
-    kl : specdec.stats.KlInterval
+    kl : specdec.kitstats.KlInterval
         Plug-in ``KL(frequencies || exact law)`` in nats, with a bootstrap interval.
     impossible : int
         Outcomes of probability 0 under the target.
@@ -60,7 +60,7 @@ class CaseLoss:
     description: str
     trials: int
     tv: stats.TvInterval
-    kl: stats.KlInterval
+    kl: kitstats.KlInterval
     impossible: int
 
     def to_dict(self) -> dict:
@@ -121,11 +121,11 @@ def _counts(sampler, spec: SamplerSpec, case, rng, trials: int) -> tuple[np.ndar
     """Counts over the possible outcomes plus one last cell for the impossible ones, and the law."""
     clock = [0.0]
     if spec.kind == BLOCK:
-        run = _run_block_vectorised if spec.vectorised else _run_block_scalar
+        run = run_block_vectorised if spec.vectorised else run_block_scalar
         rows, lens = run(sampler, case, rng, trials, clock)[:2]
         law, counts, known = sequence_counts(case, rows, lens)
         return np.append(counts, int((~known).sum())), np.append(law / law.sum(), 0.0)
-    counts, _, _, n_bad = _tally_tokens(_call_token(sampler, spec, case, rng, trials, clock),
+    counts, _, _, n_bad = tally_tokens(call_token(sampler, spec, case, rng, trials, clock),
                                         case.vocab_size)
     return np.append(counts, n_bad), np.append(case.p, 0.0)
 
@@ -185,7 +185,7 @@ def measure_loss(sampler, *, kind: str | None = None, vectorised: bool | None = 
     seed = laws.check_int(seed, "seed", minimum=0)
     if not (isinstance(confidence, float) and 0.0 < confidence < 1.0):
         raise ValueError(f"confidence: must be a number in (0, 1) (got {confidence!r})")
-    case_list = _resolve_cases(spec.kind, cases)
+    case_list = resolve_cases(spec.kind, cases)
     if isinstance(trials, dict):
         unknown = set(trials) - {c.name for c in case_list}
         if unknown:
@@ -195,13 +195,13 @@ def measure_loss(sampler, *, kind: str | None = None, vectorised: bool | None = 
         n = trials.get(case.name, DEFAULT_LOSS_TRIALS) if isinstance(trials, dict) else \
             DEFAULT_LOSS_TRIALS if trials is None else trials
         n = laws.check_int(n, "trials")
-        rng = _case_rng(seed, case.name)
+        rng = case_rng(seed, case.name)
         try:
             counts, law = _counts(sampler, spec, case, rng, n)
         except Exception as exc:
             raise RuntimeError(f"sampler: case {case.name!r}: {type(exc).__name__}: {exc}") from exc
         out.append(CaseLoss(case.name, spec.kind, case.description, int(counts.sum()),
                             stats.tv_ci(counts, law, confidence),
-                            stats.kl_ci(counts, law, confidence, rng=rng, resamples=resamples),
+                            kitstats.kl_ci(counts, law, confidence, rng=rng, resamples=resamples),
                             int(counts[-1])))
     return LossReport(spec, seed, float(confidence), tuple(out), time.perf_counter() - t0)

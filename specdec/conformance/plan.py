@@ -3,9 +3,9 @@
 The kit's resolution is the **detectable TV** of a case: the smallest total-variation
 distance from the target law (on the case's bins) that its chi-square check catches with
 probability ``power`` at its Bonferroni level, whatever the direction of the deviation
-(:func:`specdec.stats.detectable_tv`). It shrinks like ``1 / sqrt(trials)``, and more
+(:func:`specdec.kitstats.detectable_tv`). It shrinks like ``1 / sqrt(trials)``, and more
 slowly than that as the number of bins grows with the trials (Mann and Wald's rule,
-:func:`specdec.stats.bins_for_trials`), because finer bins resolve more of the outcomes.
+:func:`specdec.kitstats.bins_for_trials`), because finer bins resolve more of the outcomes.
 
 This module turns a requested resolution into trials per case (:func:`trials_for_tv`),
 or a time budget into the resolution it can buy (:func:`plan_battery` with
@@ -17,17 +17,16 @@ samplers and 0.01 for samplers called once per step.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import stats
+from specdec import kitstats
 
 from .cases import BatchCase, BlockCase, TokenCase
 from .conventions import BATCH, BLOCK, SamplerSpec
 
-__all__ = ["DEFAULT_RESOLUTION", "MAX_TRIALS", "Plan", "convention_key", "check_laws",
+__all__ = ["DEFAULT_RESOLUTION", "MAX_TRIALS", "Plan", "convention_key", "case_laws",
            "trials_for_tv", "plan_battery"]
 
 #: Default detectable TV per calling convention.
@@ -51,18 +50,18 @@ def convention_key(spec: SamplerSpec) -> str:
     return base or "scalar"
 
 
-def check_laws(case) -> list[np.ndarray]:
+def case_laws(case) -> list[np.ndarray]:
     """Exact laws of the checks a case may run (law, and accounting when reported)."""
     if isinstance(case, TokenCase):
         m = np.minimum(case.p, case.q)
         return [case.p, np.concatenate([m, case.p - m])]
     if isinstance(case, BlockCase):
-        from specdec import block, models
+        from specdec import models, stateful
 
         seq = models.sequence_law(case.target, tuple(case.prefix), case.length)
         law = np.array(list(seq.values()))
-        return [law / law.sum(), block.accepted_count_law(case.target, case.draft,
-                                                          tuple(case.prefix), case.gamma)]
+        return [law / law.sum(), stateful.cycle_accepted_law(case.target, case.draft,
+                                                             tuple(case.prefix), case.gamma)]
     if isinstance(case, BatchCase):   # the summed test: every (request, position) cell
         cells = np.concatenate([law.ravel() for law in case.target_laws()])
         return [cells / cells.sum()]
@@ -70,13 +69,13 @@ def check_laws(case) -> list[np.ndarray]:
 
 
 def _dof(law: np.ndarray, trials: int, min_expected: float) -> int:
-    """Degrees of freedom of :func:`specdec.stats.pool_cells` at ``trials``, counted fast.
+    """Degrees of freedom of :func:`specdec.kitstats.pool_cells` at ``trials``, counted fast.
 
     Cells reaching the floor are bins of their own; the tail's greedy groups are counted
     as ``floor(tail expectation / floor)`` (each group holds at least the floor and, its
     cells being below the floor, less than twice it; planning needs no more precision).
     """
-    floor = max(min_expected, trials / stats.bins_for_trials(trials))
+    floor = max(min_expected, trials / kitstats.bins_for_trials(trials))
     expected = trials * np.asarray(law)[np.asarray(law) > 0]
     big = int((expected >= floor).sum())
     groups = int(expected[expected < floor].sum() // floor)
@@ -88,7 +87,7 @@ def _dof(law: np.ndarray, trials: int, min_expected: float) -> int:
 
 def detectable(laws_, trials: int, level: float, power: float, min_expected: float = 10.0) -> float:
     """Largest detectable TV over the checks of a case at ``trials`` trials."""
-    return max(stats.detectable_tv(trials, _dof(lw, trials, min_expected), level, power)
+    return max(kitstats.detectable_tv(trials, _dof(lw, trials, min_expected), level, power)
                for lw in laws_)
 
 
@@ -103,13 +102,13 @@ def trials_for_tv(laws_, tv: float, level: float, power: float, *, min_expected:
     Parameters
     ----------
     laws_ : sequence of numpy.ndarray
-        Exact laws of the case's checks (:func:`check_laws`).
+        Exact laws of the case's checks (:func:`case_laws`).
     tv : float
         Resolution wanted, in (0, 1).
     level, power : float
         Level of one check (Bonferroni share of the false-alarm budget) and power.
     min_expected : float
-        Binning floor (:func:`specdec.stats.pool_cells`).
+        Binning floor (:func:`specdec.kitstats.pool_cells`).
     max_trials : int
         Cap.
 
@@ -135,11 +134,11 @@ def trials_for_tv(laws_, tv: float, level: float, power: float, *, min_expected:
             n = math.ceil(math.log1p(-power) / math.log1p(-tv))   # impossible outcomes only
             out = max(out, min(n, max_trials))
             continue
-        n = math.ceil(stats.noncentrality(2, level, power) / (4 * tv * tv))
+        n = math.ceil(kitstats.noncentrality(2, level, power) / (4 * tv * tv))
         for _ in range(8):
             n = min(n, max_trials)
             dof = _dof(lw, n, min_expected)
-            new = math.ceil(stats.noncentrality(dof, level, power) / (4 * tv * tv)) if dof else n
+            new = math.ceil(kitstats.noncentrality(dof, level, power) / (4 * tv * tv)) if dof else n
             if new <= n:
                 break
             n = new
@@ -197,45 +196,32 @@ class Plan:
                 f"detectable TV <= {max(self.tv_detectable):.2g} on every case")
 
 
-def _pilot(sampler, spec, case, seed: int, n: int) -> float:
-    """Seconds per trial of one case (kit included), from a short run.
-
-    Starts at ``min(n, 10)`` trials and grows tenfold until a run takes 0.2 s or reaches
-    ``n`` trials, so a slow sampler costs a fraction of a second to measure.
-    """
-    from .runner import run_case
-
-    k = min(n, 10)
-    while True:
-        t0 = time.perf_counter()
-        run_case(sampler, case, spec=spec, seed=seed, trials=k)
-        seconds = time.perf_counter() - t0
-        if seconds >= 0.2 or k >= n:
-            return seconds / k
-        k = min(n, k * 10)
+def pilot_trials(spec: SamplerSpec) -> int:
+    """Most trials a pilot runs per case to measure the time per trial of ``spec``'s sampler."""
+    return 20_000 if spec.vectorised else (25 if spec.kind == BLOCK else 100)
 
 
-def plan_battery(spec: SamplerSpec, sampler, case_list, *, resolution: float | None = None,
-                 budget: float | None = None, false_alarm: float = 1e-3, power: float = 0.9,
-                 min_expected: float = 10.0, seed: int = 0, pilot: bool | None = None) -> Plan:
+def plan_trials(spec: SamplerSpec, case_list, *, cost=None, resolution: float | None = None,
+                budget: float | None = None, false_alarm: float = 1e-3, power: float = 0.9,
+                min_expected: float = 10.0) -> Plan:
     """Trials per case for a resolution, or the best resolution a time budget buys.
+
+    Arithmetic only: the seconds per trial of each case come from a pilot that measured
+    them (:func:`specdec.conformance.pilot.plan_battery`).
 
     Parameters
     ----------
     spec : SamplerSpec
-    sampler : callable
     case_list : sequence of TokenCase or BlockCase
+    cost : sequence of float, optional
+        Seconds per trial of each case (required with ``budget``).
     resolution : float, optional
         Detectable TV wanted on every case; default :data:`DEFAULT_RESOLUTION`.
     budget : float, optional
         Seconds for the whole battery; then the trials are allocated so that every case
-        reaches the same detectable TV, the smallest the budget allows (from a pilot).
+        reaches the same detectable TV, the smallest the budget allows.
     false_alarm, power, min_expected : float
         As for :func:`specdec.conformance.run_battery`.
-    seed : int
-        Seed of the pilot runs.
-    pilot : bool, optional
-        Measure the time per trial (default: only when ``budget`` is given).
 
     Returns
     -------
@@ -244,17 +230,15 @@ def plan_battery(spec: SamplerSpec, sampler, case_list, *, resolution: float | N
     Raises
     ------
     ValueError
-        ``resolution`` outside (0, 1) or ``budget <= 0``.
+        ``resolution`` outside (0, 1), ``budget <= 0``, or ``budget`` without ``cost``.
     """
     key = convention_key(spec)
     level = false_alarm / (2 * len(case_list))
-    laws_ = [check_laws(c) for c in case_list]
+    laws_ = [case_laws(c) for c in case_list]
     cap = MAX_TRIALS[key]
-    do_pilot = budget is not None if pilot is None else pilot
-    cost = None
-    if do_pilot:
-        n_pilot = 20_000 if spec.vectorised else (25 if spec.kind == BLOCK else 100)
-        cost = tuple(_pilot(sampler, spec, c, seed, n_pilot) for c in case_list)
+    cost = None if cost is None else tuple(float(c) for c in cost)
+    if budget is not None and cost is None:
+        raise ValueError("cost: a budget needs the seconds per trial of each case (a pilot)")
     if budget is not None:
         if not (budget > 0):
             raise ValueError(f"budget: must be a number of seconds > 0 (got {budget!r})")

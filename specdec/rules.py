@@ -1,0 +1,147 @@
+"""The registry of verification rules: every rule of the library, exact or flawed, by name.
+
+Each rule module owns its exact rule and its flaws (one subclass per bug, one instance,
+listed in the module's tuple of flaws):
+
+==========================  ===================================  ==========================
+module                      exact rule(s)                        flaws
+==========================  ===================================  ==========================
+:mod:`specdec.tokenrule`    ``TOKEN`` (token by token)           ``STEP_FLAWS``
+:mod:`specdec.blockverify`  ``BLOCK`` (Sun et al.)               ``BLOCK_FLAWS``
+:mod:`specdec.multidraft`   ``RecursiveRejection(drafting)``     ``TREE_FLAWS``
+:mod:`specdec.matching`     ``MATCHING``                         ``MATCHING_FLAWS``
+:mod:`specdec.stateful`     ``CORRECT_CYCLE`` (block cycle)      ``CYCLE_FLAWS``
+==========================  ===================================  ==========================
+
+This module reads those tuples, so a new rule or flaw is its class and its instance in
+its module plus one entry in the module's tuple (or, for a new family, one line here). The
+conformance kit (``--rule NAME``, ``accepted_law=NAME``), the engines and the tests read
+:data:`RULES`, :data:`EXACT_RULES`, :data:`FLAWS` and :data:`CYCLE_RULES` instead of lists
+of their own.
+
+The stateless rules (:data:`RULES`) are :class:`specdec.cycles.Rule` objects: the law of one
+cycle depends only on the emitted text, so each has an exact sequence law, an accepted-count
+law, and a reference sampler that the kit runs through :class:`specdec.cycles.RuleSampler`.
+The cycle rules of :mod:`specdec.stateful` carry state from one cycle to the next; they are
+registered apart (:data:`CYCLE_RULES`) and run by :func:`specdec.block.generate`.
+
+A rule's name is ``repr(rule)``: its class's ``name``, with the drafting mode for a tree
+rule (``recursive_rejection(with)``). The token-by-token rule is named ``correct`` (the
+name chapters 1-4 give it); ``token`` is accepted for it where the kit took
+``--accepted-law token``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import blockverify, matching, multidraft, stateful, tokenrule
+from .cycles import Rule
+
+__all__ = ["EXACT_RULES", "FLAWS", "RULES", "CYCLE_RULES", "ALIASES", "rule_name", "get_rule",
+           "accepted_law"]
+
+#: Every exact stateless rule: token by token, block verification, recursive rejection in
+#: each drafting mode, the matching rule.
+EXACT_RULES: tuple[Rule, ...] = ((tokenrule.TOKEN, blockverify.BLOCK)
+                                 + tuple(multidraft.RecursiveRejection(d) for d in multidraft.DRAFTING)
+                                 + (matching.MATCHING,))
+#: Every flaw of a stateless rule, family by family (``UNCLIPPED_RATIO`` is a suspicion that
+#: turns out exact; its ``exact`` attribute says so).
+FLAWS: tuple[Rule, ...] = (tokenrule.STEP_FLAWS + blockverify.BLOCK_FLAWS + multidraft.TREE_FLAWS
+                           + matching.MATCHING_FLAWS)
+#: The stateful block-cycle rules: the correct cycle, its bugs, and the exact reuse of stale
+#: proposals (:data:`specdec.stateful.CYCLE_RULES`), by name.
+CYCLE_RULES: dict[str, stateful.CycleRule] = {r.name: r for r in stateful.CYCLE_RULES}
+#: Earlier spellings: ``--accepted-law token`` named the token-by-token rule.
+ALIASES: dict[str, str] = {"token": "correct"}
+
+
+def rule_name(rule: Rule) -> str:
+    """The registry name of ``rule``: ``repr(rule)`` (``'block'``, ``'recursive_rejection(with)'``)."""
+    return repr(rule)
+
+
+def _registry() -> dict[str, Rule]:
+    out: dict[str, Rule] = {}
+    for rule in EXACT_RULES + FLAWS:
+        name = rule_name(rule)
+        if name in out:
+            raise RuntimeError(f"two rules are named {name!r}: {out[name]!r} and {rule!r}")
+        out[name] = rule
+    return out
+
+
+#: Every stateless rule, exact or flawed, by name.
+RULES: dict[str, Rule] = _registry()
+
+
+def get_rule(name: str) -> Rule:
+    """The stateless rule called ``name`` (or an alias of :data:`ALIASES`).
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`RULES`, e.g. ``"block"``, ``"token_residual"``, ``"fallback_p"``.
+
+    Returns
+    -------
+    specdec.cycles.Rule
+
+    Raises
+    ------
+    TypeError
+        ``name`` is not a string.
+    ValueError
+        No rule has that name (the message lists the names).
+
+    Examples
+    --------
+    >>> get_rule("block").name, get_rule("token") is get_rule("correct")
+    ('block', True)
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"rule: must be a rule's name, a string (got {type(name).__name__})")
+    rule = RULES.get(ALIASES.get(name, name))
+    if rule is None:
+        raise ValueError(f"rule: no rule is named {name!r}; the rules are "
+                         f"{', '.join(sorted(RULES))} (and {', '.join(sorted(ALIASES))})")
+    return rule
+
+
+def accepted_law(name: str) -> Callable:
+    """The first-cycle accepted-count law of the chain rule called ``name``, for the kit.
+
+    Returns
+    -------
+    callable
+        ``law(target, draft, prefix, gamma) -> numpy.ndarray of shape (gamma + 1, 2)``: the
+        joint law of one cycle's accepted count and its end at an accepted EOS
+        (:meth:`specdec.cycles.Rule.first_cycle_accepted_law`).
+
+    Raises
+    ------
+    ValueError
+        An unknown name, a tree rule (its law needs the tree's widths: declare it with
+        ``RuleSampler(rule, top_widths=...)``), or a rule without a chain form.
+
+    Examples
+    --------
+    >>> from specdec.models import toy_pair
+    >>> p, q = toy_pair()
+    >>> accepted_law("block")(p, q, (), 2).shape
+    (3, 2)
+    """
+    rule = get_rule(name)
+    if rule.tree:
+        raise ValueError(f"rule: {name!r} verifies a tree, whose accepted-count law depends on its "
+                         "widths; declare it with specdec.cycles.RuleSampler(rule, top_widths=...)")
+    if not getattr(rule, "proposes", True):
+        raise ValueError(f"rule: {name!r} is an error in the formula of one step's law, not a "
+                         "procedure with accepted counts")
+
+    def law(target, draft, prefix, gamma):
+        return rule.first_cycle_accepted_law(target, draft, prefix, gamma)
+
+    law.__qualname__ = f"accepted_law({rule_name(rule)!r})"
+    return law
