@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from scipy import stats as sps
 
 from specdec import decode as dec
-from specdec import flaws, nn
+from specdec import nn, tokenrule
 from specdec import pertoken as pt
 from specdec.client import exactness as ex
 from specdec.laws import tv_distance
@@ -266,12 +266,12 @@ def _step_rule_decode(target, draft, prompt, rows, n, rule, rng, settings):
     for _ in range(n):
         p = settings.laws(target.forward(seq)[:, -1])
         q = settings.laws(draft.forward(seq)[:, -1])
-        t = [int(rule.sample(p[i], q[i], rng)) for i in range(rows)]
+        t = [int(rule.sample_step(p[i], q[i], rng)) for i in range(rows)]
         seq = np.concatenate([seq, np.array(t)[:, None]], axis=1)
     return [tuple(int(x) for x in r[-n:]) for r in seq]
 
 
-@pytest.mark.parametrize("rule,exact", [(flaws.CORRECT, True), (flaws.RESAMPLE_Q, False)],
+@pytest.mark.parametrize("rule,exact", [(tokenrule.TOKEN, True), (tokenrule.RESAMPLE_Q, False)],
                          ids=["correct", "resample_q"])
 def test_in_process_step_decoders(toy_models, rule, exact):
     target, draft = toy_models
