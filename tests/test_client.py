@@ -431,20 +431,20 @@ def test_cli_exactness_errors(tmp_path, capsys):
 
 
 def test_reported_positions_that_cannot_be_used_are_refused():
-    from specdec.client import exactness as ex
+    from specdec.client import tokencheck as tc
 
     where = "request 0"
     speculative = {"logprobs": {"content": [
         {"id": 1, "logprob": -0.1, "top_logprobs": [{"id": 1, "logprob": -0.1}]},
         {"id": 2, "logprob": 0.0, "top_logprobs": []}]}}
-    positions = ex._reported_positions(speculative, where)
+    positions = tc._reported_positions(speculative, where)
     assert [len(k) for _, k, _ in positions] == [1, 0]
-    with pytest.raises(ex.NoLogprobs, match="no log-probabilities"):
-        ex._reported_positions({"logprobs": None}, where)
+    with pytest.raises(tc.NoLogprobs, match="no log-probabilities"):
+        tc._reported_positions({"logprobs": None}, where)
     # llama.cpp reports a byte once the text no longer ends inside a UTF-8 character
-    assert ex._reported_at(list("abé中d".encode())) == [0, 1, 3, 6, 7]
-    with pytest.raises(ex.NoLogprobs, match="neither 'content'"):
-        ex._reported_positions({"logprobs": {"other": 1}}, where)
+    assert tc._reported_at(list("abé中d".encode())) == [0, 1, 3, 6, 7]
+    with pytest.raises(tc.NoLogprobs, match="neither 'content'"):
+        tc._reported_positions({"logprobs": {"other": 1}}, where)
 
 
 @pytest.fixture(scope="module")
@@ -461,7 +461,7 @@ def test_cli_exactness_model_against_a_scripted_llama_cpp(tmp_path, capsys, book
     """The scripted /completion decodes with the book's target: exact at the request's
     temperature, and a server that samples at a temperature of its own fails."""
     from specdec import decode as dec
-    from specdec.client import exactness as ex
+    from specdec.client import tokencheck as tc
 
     prompts = tmp_path / "p.json"
     prompts.write_text(json.dumps({"en": ["The cat sat on the", "Once upon a time"]}))
@@ -475,7 +475,7 @@ def test_cli_exactness_model_against_a_scripted_llama_cpp(tmp_path, capsys, book
         assert check["tokens"] == 24 * 16 and set(check["adjusted"]) == {
             "draft_over_target", "target"}
     with ScriptedServer(Script(model=book_target, temperature=0.5)) as url:
-        bad = ex.served_pertoken_check(cl.Endpoint(url), ["The cat sat on the"],
+        bad = tc.served_pertoken_check(cl.Endpoint(url), ["The cat sat on the"],
                                        requests=24, max_tokens=16, target=book_target,
                                        settings=dec.SamplingSettings(temperature=1.0))
     assert not bad.passed and bad.adjusted["target"] < 1e-6

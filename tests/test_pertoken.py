@@ -15,7 +15,7 @@ from scipy import stats as sps
 from specdec import decode as dec
 from specdec import nn, tokenrule
 from specdec import pertoken as pt
-from specdec.client import exactness as ex
+from specdec.client import tokencheck as tc
 from specdec.laws import tv_distance
 
 
@@ -279,10 +279,10 @@ def test_in_process_step_decoders(toy_models, rule, exact):
     rng = np.random.default_rng(5)
     prompts = ["hello", "ciao", "hola mundo"]
     n, length = 120, 24
-    responses = [ex.Response(prompt, k, toks, False) for prompt in prompts
+    responses = [tc.Response(prompt, k, toks, False) for prompt in prompts
                  for k, toks in enumerate(_step_rule_decode(
                      target, draft, prompt, n // 3, length, rule, rng, settings_))]
-    check = ex.model_pertoken_check(responses, target, draft, settings=settings_,
+    check = tc.model_pertoken_check(responses, target, draft, settings=settings_,
                                     max_tokens=length, rng=np.random.default_rng(9),
                                     false_alarm=1e-6)
     assert check.tokens == n * length and check.positions == n * length
@@ -297,13 +297,13 @@ def test_library_speculative_decoder_passes_and_a_temperature_mismatch_fails(toy
     prompts = ["hello there", "buongiorno"]
     hot = dec.SamplingSettings(temperature=1.0)
     out = dec.speculative(target, draft, prompts * 60, 30, 3, rng, hot)
-    responses = [ex.Response(prompts[k % 2], k, out.tokens[k], False)
+    responses = [tc.Response(prompts[k % 2], k, out.tokens[k], False)
                  for k in range(len(out.tokens))]
-    good = ex.model_pertoken_check(responses, target, draft, settings=hot, max_tokens=30,
+    good = tc.model_pertoken_check(responses, target, draft, settings=hot, max_tokens=30,
                                    rng=np.random.default_rng(1))
     assert good.passed, good.message
     cold = dec.SamplingSettings(temperature=0.8)     # the client's law, not the server's
-    bad = ex.model_pertoken_check(responses, target, draft, settings=cold, max_tokens=30,
+    bad = tc.model_pertoken_check(responses, target, draft, settings=cold, max_tokens=30,
                                   rng=np.random.default_rng(1))
     assert not bad.passed and bad.adjusted["target"] < 1e-6
 
@@ -311,8 +311,8 @@ def test_library_speculative_decoder_passes_and_a_temperature_mismatch_fails(toy
 def test_top_k_mismatch_is_impossible_tokens(toy_models):
     target, draft = toy_models
     out = dec.autoregressive(target, ["abc"] * 20, 10, np.random.default_rng(2))
-    responses = [ex.Response("abc", k, t, False) for k, t in enumerate(out.tokens)]
-    check = ex.model_pertoken_check(responses, target, None,
+    responses = [tc.Response("abc", k, t, False) for k, t in enumerate(out.tokens)]
+    check = tc.model_pertoken_check(responses, target, None,
                                     settings=dec.SamplingSettings(top_k=3), max_tokens=10,
                                     rng=np.random.default_rng(0))
     assert not check.passed and check.impossible > 0 and check.pvalue == 0.0
@@ -321,13 +321,13 @@ def test_top_k_mismatch_is_impossible_tokens(toy_models):
 def test_stopped_responses_are_padded(toy_models):
     target, _ = toy_models
     out = dec.autoregressive(target, ["abc"] * 30, 12, np.random.default_rng(3))
-    responses = [ex.Response("abc", k, t[:5 + k % 7], True) for k, t in enumerate(out.tokens)]
-    check = ex.model_pertoken_check(responses, target, None, settings=dec.SamplingSettings(),
+    responses = [tc.Response("abc", k, t[:5 + k % 7], True) for k, t in enumerate(out.tokens)]
+    check = tc.model_pertoken_check(responses, target, None, settings=dec.SamplingSettings(),
                                     max_tokens=12, rng=np.random.default_rng(0))
     assert check.positions == 30 * 12 and check.tokens == sum(5 + k % 7 for k in range(30))
     assert check.passed
     assert check.detectable_tv == pytest.approx(min(1.0, pt.detectable_tv(
         360, false_alarm=1e-6) * 360 / check.tokens))
     with pytest.raises(ValueError, match="more than max_tokens"):
-        ex.model_pertoken_check(responses, target, None, settings=dec.SamplingSettings(),
+        tc.model_pertoken_check(responses, target, None, settings=dec.SamplingSettings(),
                                 max_tokens=4, rng=np.random.default_rng(0))

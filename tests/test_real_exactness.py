@@ -31,7 +31,7 @@ from pathlib import Path
 from specdec import client as cl
 from specdec import decode as dec
 from specdec import nn, stats
-from specdec.client import exactness as ex
+from specdec.client import tokencheck as tc
 from specdec.laws import tv_distance
 
 HAVE_MODELS = (nn.MODELS_DIR / "manifest.json").exists()
@@ -185,13 +185,13 @@ def test_served_pertoken_plain_and_speculative_pass(engine, models):
     with engine.serve("target", parallel=SLOTS, exact_cache=True) as base, \
             engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS,
                          exact_cache=True) as spec:
-        measured = ex.engine_disagreement(cl.Endpoint(base.url), prompts, target, settings,
+        measured = tc.engine_disagreement(cl.Endpoint(base.url), prompts, target, settings,
                                           requests=8, max_tokens=40)
         print(f"disagreement: {measured}")
         assert measured["positions"] > 50 and measured["max_tv"] < 5e-3
         # other seeds per server: with the same seeds llama.cpp emits the same text with
         # and without the draft, and the two checks would see the same evidence
-        checks = {name: ex.served_pertoken_check(
+        checks = {name: tc.served_pertoken_check(
             cl.Endpoint(s.url), prompts, requests=PER_TOKEN_REQUESTS,
             max_tokens=PER_TOKEN_MAX, settings=settings, target=target, draft=draft,
             seed=seed, tolerance=measured["max_tv"]) for name, s, seed in
@@ -215,19 +215,19 @@ def test_served_pertoken_positive_controls_fail(engine, models):
     settings = dec.SamplingSettings(temperature=1.0)
     with engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS,
                       exact_cache=True) as spec:
-        cold = ex.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=60,
+        cold = tc.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=60,
                                         max_tokens=PER_TOKEN_MAX, settings=settings,
                                         target=target, draft=draft, seed=200,
                                         tolerance=1e-3, extra={"temperature": 0.8})
         # the client's law keeps the top 20 bytes, the server samples from all 256
-        wide = ex.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=20,
+        wide = tc.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=20,
                                         max_tokens=PER_TOKEN_MAX,
                                         settings=dec.SamplingSettings(top_k=20),
                                         target=target, draft=draft, seed=250,
                                         tolerance=1e-3, extra={"top_k": -1})
     with engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS, exact_cache=True,
                       extra=("--spec-synth-len", str(GAMMA + 1))) as bad:
-        synth = ex.served_pertoken_check(cl.Endpoint(bad.url), prompts, requests=60,
+        synth = tc.served_pertoken_check(cl.Endpoint(bad.url), prompts, requests=60,
                                          max_tokens=PER_TOKEN_MAX, settings=settings,
                                          target=target, draft=draft, seed=300,
                                          tolerance=1e-3)
@@ -250,7 +250,7 @@ def test_served_reported_laws(engine):
     prompts = _english()
     ban = {"logit_bias": [[b, False] for b in range(0xC0, 0x100)]}
     with engine.serve("target", parallel=SLOTS, exact_cache=True) as base:
-        check = ex.served_pertoken_check(cl.Endpoint(base.url), prompts, requests=60,
+        check = tc.served_pertoken_check(cl.Endpoint(base.url), prompts, requests=60,
                                          max_tokens=PER_TOKEN_MAX, laws="reported",
                                          top_logprobs=20, post_sampling_probs=True,
                                          seed=400, extra=ban)
@@ -259,7 +259,7 @@ def test_served_reported_laws(engine):
     assert check.extra["tokens_in_pooled_cell"] > 0
     with engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS,
                       exact_cache=True) as spec:
-        with pytest.raises(ex.NoLogprobs, match="speculative path"):
-            ex.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=4,
+        with pytest.raises(tc.NoLogprobs, match="speculative path"):
+            tc.served_pertoken_check(cl.Endpoint(spec.url), prompts, requests=4,
                                      max_tokens=PER_TOKEN_MAX, laws="reported",
                                      post_sampling_probs=True, seed=500, extra=ban)

@@ -20,12 +20,13 @@ Modules, by idea:
   gamma), goodput under TTFT/TPOT limits, server-reported acceptance, prompt lengths in
   server tokens, and the paired, interleaved baseline-versus-speculative protocol; a run
   that fails raises :class:`RunFailed` with what it measured before the failure.
-- :mod:`specdec.client.exactness`: the served engine's law, black box: every emitted
-  token against the law of its position (:mod:`specdec.pertoken`; laws computed by the
-  book's models, or the server's reported top log-probabilities with the rest pooled);
-  seeded draws of the first tokens after a prompt against the exact law (calibrated,
-  :mod:`specdec.stats`), or, without an exact law, against the same server without
-  speculation (two samples).
+- :mod:`specdec.client.tokencheck`: the served engine's law, black box, token by token:
+  every emitted token against the law of its position (:mod:`specdec.pertoken`; laws
+  computed by the book's models, or the server's reported top log-probabilities with the
+  rest pooled).
+- :mod:`specdec.client.exactness`: the assumption-free cross-check: seeded draws of the
+  first tokens after a prompt against the exact law (calibrated, :mod:`specdec.stats`),
+  or, without an exact law, against the same server without speculation (two samples).
 - :mod:`specdec.client.__main__`: the command line, JSON results, progress bar.
 
 Acceptance the servers report
@@ -67,7 +68,7 @@ Times are the client's :func:`time.perf_counter` in seconds.
 
 With ``--exactness``, the file holds ``schema``, ``command``, ``endpoint``, with
 ``--exactness model`` and no ``--tolerance`` ``disagreement`` (:func:`specdec.client.
-exactness.engine_disagreement`: ``positions``, ``max_tv``, ``median_tv``, ``max_abs``), and
+tokencheck.engine_disagreement`: ``positions``, ``max_tv``, ``median_tv``, ``max_abs``), and
 ``exactness``: the fields of :class:`specdec.pertoken.PerTokenCheck` (``passed``,
 ``pvalue``, ``pvalues``, ``adjusted`` and ``means`` per ordering, ``tokens``,
 ``positions``, ``requests``, ``impossible``, ``false_alarm``, ``power``, ``tolerance``,

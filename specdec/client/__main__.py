@@ -249,7 +249,7 @@ def main(argv=None) -> int:
 
 def _exactness(args, argv) -> int:
     from ..decode import SamplingSettings
-    from . import exactness as ex
+    from . import tokencheck as tc
 
     try:
         endpoint = _endpoint("--endpoint", args.endpoint, args)
@@ -308,13 +308,13 @@ def _exactness(args, argv) -> int:
     try:
         tolerance = args.tolerance or 0.0
         if args.exactness == "model" and args.tolerance is None:
-            measured = ex.engine_disagreement(base, prompts, models[0], settings,
+            measured = tc.engine_disagreement(base, prompts, models[0], settings,
                                               seed=args.seed)
             result["disagreement"] = measured
             tolerance = measured["max_tv"]
             print(f"numpy and the engine: max per-token TV {measured['max_tv']:.2e} over "
                   f"{measured['positions']} positions (the tolerance)")
-        check = ex.served_pertoken_check(
+        check = tc.served_pertoken_check(
             endpoint, prompts, requests=args.requests, max_tokens=args.max_tokens,
             settings=settings, laws=args.exactness, target=models[0], draft=models[1],
             seed=args.seed, false_alarm=args.false_alarm, tolerance=tolerance,

@@ -36,7 +36,7 @@ position, and the per-token check against it tests the diagnosis itself.
 The adapter runs one process per response (the binary takes one prompt), seeded
 (``--seed``), every truncation off unless the setting asks for top-k or top-p, one thread,
 a float32 KV cache and no flash attention (the setting under which llama.cpp's laws agree
-with numpy's within the tolerance :func:`specdec.client.exactness.engine_disagreement`
+with numpy's within the tolerance :func:`specdec.client.tokencheck.engine_disagreement`
 measures on llama-server, the same libraries), and reads the emitted tokens from standard
 output: the book's models are byte-level (token id = byte), and the example prints the
 prompt then every emitted token's bytes. The count is checked against the ``n_predict``
@@ -636,9 +636,9 @@ def measure_tolerance(engine, target, prompts, settings: SamplingSettings, *,
     """The numerical disagreement between numpy's laws and llama.cpp's, as
     :mod:`specdec.pertoken` measures it: llama-server (the same libraries and cache
     settings) reporting its post-sampling probabilities on the plain target
-    (:func:`specdec.client.exactness.engine_disagreement`)."""
+    (:func:`specdec.client.tokencheck.engine_disagreement`)."""
     from ...client import Endpoint
-    from ...client.exactness import engine_disagreement
+    from ...client.tokencheck import engine_disagreement
 
     with engine.serve("target", exact_cache=True, log=lambda *_: None) as server:
         return engine_disagreement(Endpoint(server.url), prompts, target, settings,
