@@ -169,3 +169,27 @@ def test_chapter_8_memory_bound_sentences(whole_book):
         assert not fell
     assert ("above 1.5×" in g["ch8_big_verdict"]) != ("below 1.5×" in g["ch8_big_verdict"])
     assert "interval over prompts" in g["ch8_big_verdict"]
+
+
+@pytest.mark.slow
+def test_appendix_a4_sentences(chapters_at_other_seeds):
+    g = _glued(chapters_at_other_seeds, "a4")
+    # "in numpy on this machine the draft's pass costs more/less than its share of the
+    # parameters, and scoring gamma + 1 positions costs more/less than scoring one"
+    share, block = g["a4_real_cost_reason"].split(", and ")
+    assert share.endswith(("more" if g["a4_real_c_meas"] > g["a4_real_c"] else "less")
+                          + " than its share of the parameters")
+    assert block.endswith(("more" if g["a4_real_g_meas"] > 1 else "less") + " than scoring one")
+    # the count after the target's own text against the count after held-out text
+    gap, se, verdict = g["a4_own_gap"], g["a4_own_gap_se"], g["a4_own_verdict"]
+    assert gap == pytest.approx(g["a4_own_mean"] - g["a4_real_token"])
+    assert g["a4_own_E"] == pytest.approx(1 + g["a4_own_mean"])
+    assert g["a4_real_E"] == pytest.approx(1 + g["a4_real_token"])
+    if abs(gap) <= 2 * se:
+        assert verdict.startswith("not distinguishable")
+    else:
+        assert verdict.startswith("fewer" if gap < 0 else "more")
+        assert ("come out lower" if gap < 0 else "come out higher") in verdict
+    assert f"{abs(gap):.3f}" in verdict and f"{se:.3f}" in verdict
+    # a pass states the largest error it could have missed, in the book's notation
+    assert 0 < g["a4_kit_detectable"] < 1 and g["a4_kit_false_alarm"] == "10⁻⁶"

@@ -24,6 +24,10 @@ import pytest
 import yaml
 from bs4 import BeautifulSoup
 from conftest import FIGURE_LIMIT, oversized
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specdec.book import prose
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "publishing"
@@ -774,8 +778,11 @@ def _shown_text(page: Page) -> str:
 
 
 # Python representations that must never reach a reader: numpy scalar reprs, dataclass
-# reprs, floats printed with all their binary digits, and a bare None.
+# reprs, floats printed with all their binary digits, a bare None, one-element tuples
+# (tree widths are written 2-1-1) and Python's exponent notation (the book writes 10⁻⁶).
 RAW_REPRS = {
+    "one-element tuple": re.compile(r"\(\s*-?\d+(?:\.\d+)?\s*,\s*\)"),
+    "Python exponent notation": re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[-+]\d{2,}\b"),
     "numpy scalar repr": re.compile(r"\bnp\.(?:float|int|bool|uint)\w*\("),
     "dataclass repr": re.compile(r"\b[A-Z][A-Za-z]+\((?:[a-z_]+=)"),
     "float with binary noise": re.compile(r"\d\.\d*(?:0{6,}|9{6,})\d+\b|\d\.\d{13,}"),
@@ -794,12 +801,34 @@ def raw_reprs(text: str) -> list[str]:
 def test_raw_repr_scan_catches_what_it_must():
     for bad in ("E = 3.0588189999999997", "np.float64(0.0444)", "BestGamma(gamma=6, speedup=2.3)",
                 "residual 1.3877787807814457e-17", "top-k None", "0.30000000000000004",
-                "(1, None)", "rng=None"):
+                "(1, None)", "rng=None", "tree (2,) scores 3", "widths (3, )", "false alarm 1e-06",
+                "p-value 2.6e-09", "TV 1.9e-16", "p = 5e+00"):
         assert raw_reprs(bad), bad
     for fine in ("E = 3.058819", "S ≈ 2.353", "p-value 1.2 × 10⁻⁵", "Table 6.1", "None of the "
                  "variants", "TV = 0.1500", "seed 20260923", "Section 2.1 (Leviathan et al.)",
-                 "None of them transfers"):
+                 "None of them transfers", "tree 2-1-1", "false alarm 10⁻⁶", "p < 10⁻³⁰⁰",
+                "(2, 1)", "p-value 2.6 × 10⁻⁹", "chapter 8e-mail", "sha256 4e7b0e12"):
         assert raw_reprs(fine) == [], fine
+
+
+@given(st.floats(min_value=0.0, max_value=1.0))
+def test_pvalue_text_is_never_a_raw_repr(p):
+    text = prose.pvalue_text(p)
+    assert raw_reprs(text) == [] and text != "0"
+    if p >= 1e-3:
+        assert float(text) == float(f"{p:.2g}")
+
+
+def test_pvalue_and_widths_text_exact():
+    assert [prose.pvalue_text(p) for p in (0.0, 2.63e-9, 1e-6, 0.031, 0.5712, 1.0)] == \
+        ["< 10⁻³⁰⁰", "2.6 × 10⁻⁹", "10⁻⁶", "0.031", "0.57", "1"]
+    assert [prose.widths_text(w) for w in ((2,), (3,), (2, 1, 1), [1, 1])] == ["2", "3", "2-1-1", "1-1"]
+    for bad in ((), (0,), (2, -1), (1.5,), (True,)):
+        with pytest.raises(ValueError, match="widths"):
+            prose.widths_text(bad)
+    for bad in (-0.1, 1.5, float("nan"), "0.5", True):
+        with pytest.raises(ValueError, match="p: "):
+            prose.pvalue_text(bad)
 
 
 @pytest.mark.slow

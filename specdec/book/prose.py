@@ -112,3 +112,73 @@ def sci(x: float, digits: int = 1) -> str:
     if float(mantissa) == -1:
         return "−" + power
     return f"{mantissa} × {power}"
+
+
+def pvalue_text(p: float) -> str:
+    """A p-value for the prose and tables: 2 significant digits, small ones in powers of ten.
+
+    A p-value is never exactly 0; one that underflows to 0 in floating point is written
+    as a bound, ``< 10⁻³⁰⁰``.
+
+    Parameters
+    ----------
+    p : float
+        The p-value, ``0 <= p <= 1``.
+
+    Returns
+    -------
+    str
+        ``"0.57"``, ``"0.031"``, ``"2.6 × 10⁻⁹"``, ``"< 10⁻³⁰⁰"``.
+
+    Raises
+    ------
+    ValueError
+        If ``p`` is not a real number in [0, 1].
+
+    Examples
+    --------
+    >>> pvalue_text(0.5712)
+    '0.57'
+    >>> pvalue_text(2.63e-9)
+    '2.6 × 10⁻⁹'
+    >>> pvalue_text(0.0)
+    '< 10⁻³⁰⁰'
+    """
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"p: must be a real number in [0, 1] (got {p!r})")
+    if p == 0:
+        return "< " + sci(1e-300)
+    return f"{float(p):.2g}" if p >= 1e-3 else sci(float(p))
+
+
+def widths_text(widths) -> str:
+    """The widths of a draft tree per depth, as the book writes them: ``2-1-1``.
+
+    Parameters
+    ----------
+    widths : sequence of int
+        Children per node at each depth, each ``>= 1``, at least one depth.
+
+    Returns
+    -------
+    str
+        The widths joined by hyphens (a chain of three is ``1-1-1``, one level of two
+        candidates ``2``).
+
+    Raises
+    ------
+    ValueError
+        If ``widths`` is empty or holds anything but integers ``>= 1``.
+
+    Examples
+    --------
+    >>> widths_text((2, 1, 1))
+    '2-1-1'
+    >>> widths_text((3,))
+    '3'
+    """
+    widths = tuple(widths)
+    if not widths or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 1
+                             for w in widths):
+        raise ValueError(f"widths: must be a non-empty sequence of integers >= 1 (got {widths!r})")
+    return "-".join(str(int(w)) for w in widths)
