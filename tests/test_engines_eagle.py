@@ -124,3 +124,12 @@ def test_the_tempered_setting_counts_as_the_exact_rule(engine_python):
     assert rep["accounting_ok"], rep
     (case,) = rep["cases"]
     assert case["trials"] == 300 and 0 < case["tv_detectable"] < 1
+
+
+def test_the_engines_not_run_say_why_with_evidence():
+    data = json.loads((ROOT / "specdec" / "conformance" / "adapters" / "unavailable.json").read_text())
+    names = {row["engine"] for row in data["engines"]}
+    assert names == {"openvino-genai", "onnxruntime-genai", "mlx-lm"}
+    for row in data["engines"]:
+        assert row["status"] == "not run" and row["version"]
+        assert row["reason"] and ".whl" in row["evidence"]
