@@ -33,7 +33,10 @@ installed package ``eagle/model/``):
 At temperature 1 with no top-k / top-p the processor is the identity, and the rule is
 recursive rejection without replacement, exact. At any other temperature the bonus token
 (and the token after an accepted leaf) follows ``softmax(logits)`` instead of the tempered
-law: the kit's ``tempered`` setting shows it (:data:`SETTINGS`).
+law: the ``tempered_0.6`` setting (:data:`SETTINGS`) fails, by the TV
+:func:`predicted_tv` computes from the rule as read (reports/eagle-bonus-temperature.md:
+reproduction, diagnosis, fix; the repository's later code applies the processor there,
+SafeAILab/EAGLE#215).
 
 Randomness: EAGLE draws from torch's global generator and Python's ``random`` module;
 the adapter seeds both from the kit's generator at the start of every cycle.
@@ -70,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["PINNED", "RULE", "CONTROLS", "SETTINGS", "EagleTreeSampler", "version",
-           "check_version", "read_cycle", "run_all", "main"]
+           "check_version", "read_cycle", "predicted_tv", "run_all", "main"]
 
 #: The eagle-llm release the adapter and :data:`RULE` were written against.
 PINNED = "1.2.1"
@@ -345,6 +348,68 @@ class EagleTreeSampler:
         return emitted, n, len(widths)
 
 
+def predicted_tv(case, temperature: float, top_widths=(2,)) -> float:
+    """Exact TV of the rule as read (:data:`RULE`) from the target on ``case``'s first tokens.
+
+    Recursive rejection without replacement over the complete tree of the widths, except
+    that the token after the deepest level is drawn from the raw law
+    ``softmax(temperature * log p) = p ** temperature / Z`` (``utils.py:409-411``), the
+    law EAGLE draws it from when fed the logits ``temperature * log(p)``; 0 at
+    temperature 1.
+
+    Parameters
+    ----------
+    case : specdec.conformance.BlockCase
+        Without end-of-sequence.
+    temperature : float
+        > 0.
+    top_widths : tuple of int
+
+    Returns
+    -------
+    float
+        TV between that law and the target's, of the case's ``length`` tokens.
+
+    Raises
+    ------
+    ValueError
+        ``temperature`` <= 0, or a case with end-of-sequence.
+
+    References
+    ----------
+    .. [1] W. Jeon et al., arXiv:2402.14160, 2024 (recursive rejection without replacement).
+    """
+    from specdec import cycles
+    from specdec.block import law_tv
+    from specdec.models import sequence_law
+    from specdec.multidraft import RecursiveRejection
+
+    if not temperature > 0:
+        raise ValueError(f"temperature: must be > 0 (got {temperature})")
+    if case.target.eos is not None:
+        raise ValueError(f"case: {case.name!r} has an end-of-sequence token; predicted_tv "
+                         f"takes cases without one")
+    rule = RecursiveRejection("without")
+    widths = tuple(cycles.RuleSampler(rule, top_widths=tuple(top_widths)).shape(case.gamma))
+    depth = len(widths)
+
+    def raw(law):
+        w = np.asarray(law, dtype=np.float64) ** temperature
+        return (w / w.sum()).tolist()
+
+    def cycle(ctx):
+        n = len(ctx)
+        oracle = cycles.LawOracle(
+            lambda c: raw(case.target.next_law(c)) if len(c) - n == depth
+            else case.target.next_law(c).tolist(),
+            lambda c: case.draft.next_law(c).tolist(), case.target.vocab_size, None, lambda c: c)
+        return rule.outcomes(oracle, ctx, widths)
+
+    outer = cycles.model_oracle(case.target, case.draft)
+    law = cycles.rule_sequence_law(cycle, outer, case.prefix, case.length)
+    return float(law_tv(law, sequence_law(case.target, case.prefix, case.length)))
+
+
 def _case_summary(c) -> dict:
     def num(x):
         return None if x is None or not np.isfinite(x) else float(x)
@@ -359,19 +424,25 @@ def _case_summary(c) -> dict:
 
 
 def _battery(sampler, cases, seed, trials, false_alarm) -> dict:
-    from .. import run_battery
+    from .. import block_cases, rule_cases, run_battery
 
     t0 = time.perf_counter()
     rep = run_battery(sampler, kind="block", cases=cases, seed=seed, trials=trials,
                       false_alarm=false_alarm)
+    by_name = {c.name: c for c in block_cases() + rule_cases()}
+    rows = [_case_summary(c) for c in rep.cases]
+    if sampler.control is None:
+        for row in rows:
+            case = by_name.get(row["case"])
+            if case is not None and case.target.eos is None:
+                row["predicted_tv"] = predicted_tv(case, sampler.temperature, sampler.top_widths)
     return {"sampler": repr(sampler), "passed": rep.passed, "exact": rep.exact,
             "accounting_ok": rep.accounting_ok, "max_detectable_tv": float(rep.max_detectable_tv),
-            "seconds": round(time.perf_counter() - t0, 1),
-            "cases": [_case_summary(c) for c in rep.cases]}
+            "seconds": round(time.perf_counter() - t0, 1), "cases": rows}
 
 
 #: Block cases of the summary: the kit's rule case (where tree flaws show) and a standard one.
-CASES = ("rules_far_g3", "block_g2")
+CASES = ("rules_far_g3", "block_g1")
 
 
 def run_all(*, seed: int = 0, trials: int = 20_000, control_trials: int = 20_000,

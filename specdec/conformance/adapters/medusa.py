@@ -254,8 +254,8 @@ def run_all(*, seed: int = 0, trials: int = 20_000, cases=CASES, temperature: fl
     -------
     dict
         ``engine``, ``version``, ``rule``, and per case: the measured TV with its interval,
-        the KL with its interval, the exact TV of the library's typical rule, the number of
-        distinct sequences seen, and the verdict text "lossy by design, ...".
+        the KL with its interval, outcomes impossible under the target, the exact TV of
+        the library's typical rule, and the verdict text "lossy by design, ...".
     """
     import torch
 
@@ -268,12 +268,14 @@ def run_all(*, seed: int = 0, trials: int = 20_000, cases=CASES, temperature: fl
     rep = measure_loss(sampler, kind="block", cases=list(cases), seed=seed, trials=int(trials))
     rows = []
     for c in rep.cases:
+        d = c.to_dict()
         exact = exact_tv(by_name[c.name], temperature, epsilon, alpha)
-        rows.append({"case": c.name, "trials": c.trials, "tv": c.tv,
-                     "tv_interval": [c.tv_low, c.tv_high], "kl": c.kl,
-                     "kl_interval": [c.kl_low, c.kl_high], "exact_typical": exact,
-                     "verdict": f"lossy by design, TV measured {c.tv:.4f} "
-                                f"[{c.tv_low:.4f}, {c.tv_high:.4f}], exact {exact:.4f} "
+        rows.append({"case": c.name, "trials": d["trials"], "tv": d["tv"],
+                     "tv_interval": [d["tv_low"], d["tv_high"]], "kl": d["kl"],
+                     "kl_interval": [d["kl_low"], d["kl_high"]], "impossible": d["impossible"],
+                     "exact_typical": exact,
+                     "verdict": f"lossy by design, TV measured {d['tv']:.4f} "
+                                f"[{d['tv_low']:.4f}, {d['tv_high']:.4f}], exact {exact:.4f} "
                                 f"(library's typical rule)"})
     return {"engine": "medusa-llm", "version": check_version(), "seed": seed,
             "temperature": temperature, "posterior_threshold": epsilon, "posterior_alpha": alpha,
