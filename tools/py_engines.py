@@ -99,6 +99,22 @@ class Engine:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+#: torch 2.13.0 CPU + transformers 5.19.0 + scipy with every dependency pinned, as pip
+#: resolved them on this machine (``pip install --dry-run --report``): for engines installed
+#: with ``--no-deps`` because their own declared dependencies are unpinned or unneeded.
+_TRANSFORMERS_STACK = (
+    TORCH, "transformers==5.19.0", "scipy==1.17.1", "numpy==2.4.6", "Jinja2==3.1.6",
+    "MarkupSafe==3.0.4", "PyYAML==6.0.4", "Pygments==2.21.0", "annotated-doc==0.0.7",
+    "annotated-types==0.8.0", "anyio==4.16.0", "click==8.5.1", "filelock==4.3.1",
+    "fsspec==2026.9.0", "h11==0.16.0", "hf-xet==1.8.0", "httpcore2==2.16.2",
+    "httpx2==2.16.2", "huggingface_hub==2.4.0", "idna==3.20", "markdown-it-py==4.3.0",
+    "mdurl==0.1.2", "mpmath==1.3.0", "networkx==3.6.1", "packaging==26.4",
+    "pydantic==2.14.4", "pydantic_core==2.50.5", "regex==2026.11.19", "rich==15.0.0",
+    "safetensors==0.8.0", "setuptools==84.2.1", "shellingham==1.5.4", "sympy==1.14.0",
+    "tokenizers==0.23.3", "tqdm==4.70.1", "truststore==0.10.5", "typer==0.29.2",
+    "typing-inspection==0.4.5", "typing_extensions==4.16.0",
+)
+
 #: Every engine the kit is run on, by name.
 ENGINES: dict[str, Engine] = {
     "vllm": Engine(
@@ -113,6 +129,22 @@ ENGINES: dict[str, Engine] = {
               "here are a CUDA torchvision 0.28.0 (needs libc10_cuda.so) and a torchaudio for "
               "torch 2.11, which fail to load and break `import vllm` through transformers; "
               "they serve multimodal models only and are removed. scipy: the kit's statistics."),
+    "eagle": Engine(
+        "eagle", "1.2.1", (*_TRANSFORMERS_STACK, "eagle-llm==1.2.1"),
+        "import importlib.metadata as m, eagle.model.utils; print(m.version('eagle-llm'))",
+        pip_args=("--no-deps",),
+        notes="eagle-llm declares gradio==3.50.2, fschat, openai==0.28.0, anthropic, "
+              "protobuf==3.19.0 and an unpinned torch (its demo and evaluation scripts); "
+              "the verification code (eagle/model/utils.py, cnets.py) needs torch and "
+              "transformers' logits processors only, so it is installed with --no-deps on "
+              "the pinned torch + transformers stack (_TRANSFORMERS_STACK)."),
+    "medusa": Engine(
+        "medusa", "0.1", (*_TRANSFORMERS_STACK, "medusa-llm==0.1"),
+        "import importlib.metadata as m, medusa.model.utils; print(m.version('medusa-llm'))",
+        pip_args=("--no-deps",),
+        notes="medusa-llm declares fschat, accelerate, sentencepiece, protobuf and an "
+              "unpinned torch; its typical acceptance (medusa/model/utils.py) needs torch "
+              "only, so it is installed with --no-deps on the pinned stack."),
 }
 
 
