@@ -103,7 +103,11 @@ class SamplerSpec:
 
 def _callable_name(f: Any) -> str:
     mod = getattr(f, "__module__", None) or type(f).__module__
-    qual = getattr(f, "__qualname__", None) or type(f).__qualname__
+    qual = getattr(f, "__qualname__", None)
+    if qual is None:                      # an instance: its class, and what its repr says
+        qual, text = type(f).__qualname__, repr(f)
+        if text.startswith(qual + "("):   # e.g. RuleSampler(block), not the class alone
+            qual = text
     return f"{mod}:{qual}"
 
 
@@ -356,8 +360,33 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
 
 
 
+def _registry_sampler(name: str):
+    """The reference sampler of the library's rule called ``name`` (``rule:NAME`` on the command line).
+
+    A tree rule drafts two children at the top of its tree (``top_widths=(2,)``).
+
+    Raises
+    ------
+    ValueError
+        No rule of :mod:`specdec.rules` has that name (the message lists them).
+    """
+    from .. import rules
+    from ..cycles import RuleSampler
+
+    try:
+        rule = rules.get_rule(name)
+    except ValueError as exc:
+        raise ValueError(f"sampler: 'rule:{name}': {str(exc).removeprefix('rule: ')}") from None
+    return RuleSampler(rule, top_widths=(2,) if rule.tree else None)
+
+
 def load_sampler(target: str, what: str = "sampler"):
     """Import ``package.module:attribute`` (``attribute`` may be dotted), by :func:`pkgutil.resolve_name`.
+
+    ``rule:NAME`` is the reference sampler of the library's rule ``NAME``
+    (:func:`specdec.rules.get_rule`, run by :class:`specdec.cycles.RuleSampler`), which
+    declares its own accepted-count law: ``python -m specdec.conformance rule:token_residual
+    --cases rules_far_g3`` shows what a flaw of the registry looks like to the kit.
 
     A class is instantiated without arguments (stateful samplers such as
     :class:`specdec.gallery.StaleProposals`).
@@ -379,6 +408,8 @@ def load_sampler(target: str, what: str = "sampler"):
     """
     if not isinstance(target, str) or not target.strip(". :"):
         raise ValueError(f"{what}: expected 'package.module:function' (got {target!r})")
+    if target.startswith("rule:") and what == "sampler":
+        return _registry_sampler(target.removeprefix("rule:"))
     module = target.strip().rstrip(":")
     try:
         obj = pkgutil.resolve_name(target)       # 'pkg.mod:attr' or 'pkg.mod.attr'
