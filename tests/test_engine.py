@@ -264,7 +264,7 @@ def test_synthetic_acceptance_is_caught(server_binary):
 
 
 def test_pass_times_refuses_bad_arguments_by_name():
-    from specdec.book.served import pass_times
+    from specdec.book.instruments import pass_times
 
     for kwargs, message in ((dict(positions=[]), "positions: must hold at least one"),
                             (dict(positions=[0, 2]), "positions: must be an integer >= 1"),

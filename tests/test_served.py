@@ -1,4 +1,4 @@
-"""Chapter 8's served-study helpers (specdec.book.served) without an engine: the mixed
+"""Chapter 8's served-study helpers (specdec.book.instruments) without an engine: the mixed
 stream's order, the repetition measure, the bootstrap interval over prompts, the cost
 window, the context of a run, and the sampled protocol against two scripted servers."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from scripted_server import Script, ScriptedServer
 
 from specdec import client as cl
-from specdec.book import served as s
+from specdec.book import instruments as s
 
 
 def test_interleave_languages_takes_turns_and_refuses_nothing():

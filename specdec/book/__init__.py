@@ -13,7 +13,9 @@ imports it.
 - :mod:`specdec.book.study`: chapter 8's in-process study (which models, settings and
   prompts, in which order), on top of :mod:`specdec.protocol`.
 - :mod:`specdec.book.served`: chapter 8's served study, :mod:`specdec.client` run against
-  llama.cpp's server serving the book's models.
+  llama.cpp's server serving the book's models; :mod:`specdec.book.instruments`: its
+  instruments (pass timings, the sampled-text protocol, the bandwidth baseline, the context
+  of a run).
 - :mod:`specdec.book.ch8_text`: chapter 8's comparative and causal sentences, chosen from
   the measurements.
 """

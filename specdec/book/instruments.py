@@ -1,0 +1,599 @@
+"""Chapter 8's instruments on a served engine: pass timings, the sampled-text protocol, context.
+
+The measuring parts of the served study (:mod:`specdec.book.served` runs them):
+
+* :func:`pass_times`: the engine's own pass timings behind the cost model's ``c`` and
+  ``g(gamma)``, one request per position count, on the plain and the draft-only server;
+  :func:`last_level_cache` and :func:`weight_bytes` put the weights beside the cache;
+* the paired protocol on sampled text (:func:`sampled_protocol`): the mixed-language stream
+  of held-out prompts at batch one (:func:`interleave_languages`), with a bootstrap
+  interval over prompts (:func:`ratio_interval`), the repetition of a text
+  (:func:`distinct_ngram_share`), the cost model's inputs from each window of pass timings
+  by an estimator fixed before the run (:data:`COST_ESTIMATOR`, :func:`window_costs`) and
+  its prediction (:func:`predicted_speedup`); the headline fixed before the run
+  (:data:`HEADLINE`);
+* the context of a run: a one-thread memory-bandwidth baseline (:func:`memory_bandwidth`),
+  the CPU (:func:`cpu_model`), the pinned engine's commit (:func:`pinned_commit`) and the
+  server's settings (:func:`server_context`, :func:`run_context`).
+
+Used in Chapter 8.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .. import client as cl
+from .. import nn
+from ..laws import check_int
+from ..measure import rotation
+
+__all__ = ["pass_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
+           "interleave_languages", "distinct_ngram_share", "ratio_interval", "memory_bandwidth",
+           "cpu_model", "pinned_commit", "server_context", "run_context", "sampled_protocol",
+           "window_costs", "predicted_speedup"]
+
+# ------------------------------------------------------------------ pass timings
+def _one(endpoint: cl.Endpoint, prompt: str, max_tokens: int) -> dict:
+    """The engine's ``timings`` of one greedy request (llama.cpp reuses the cached prefix)."""
+    spec = cl.RequestSpec("cost", prompt, max_tokens, cl.plain_sampling(0.0), 0,
+                          extra={"cache_prompt": True})
+    return dict(cl.closed_loop(endpoint, [spec]).records[0].timings)
+
+
+def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Sequence[int],
+               repeats: int) -> list[dict]:
+    """Wall time of one forward pass over ``k`` new positions, per server, as the engine
+    times it (llama.cpp's ``timings.prompt_ms`` with ``timings.prompt_n == k``).
+
+    For every repeat, server (in an order that rotates with the repeat) and ``k`` in
+    ``positions``: a request with ``prefix`` fills the server's cache, then a request with
+    ``prefix + continuation[:k]`` makes the engine evaluate only the ``k`` new bytes in one
+    batch: a target pass scoring ``k`` positions, the same kernel calls a verification
+    pass of ``gamma + 1 = k`` positions makes (with logits for the last position only,
+    256 of them: a negligible share). ``prefix`` and ``continuation`` must be ASCII so
+    that characters are bytes are tokens. Rows where the engine evaluated another number
+    of positions than ``k`` (it re-evaluates a cached byte when the new text starts with
+    the byte it generated) are kept with their own ``prompt_n``.
+
+    Returns
+    -------
+    list of dict
+        ``server``, ``repeat``, ``positions`` (the engine's ``prompt_n``), ``ms``.
+    """
+    if not (isinstance(prefix, str) and isinstance(continuation, str)):
+        raise TypeError("prefix, continuation: must be strings")
+    if not (prefix.isascii() and continuation.isascii()):
+        raise ValueError("prefix, continuation: must be ASCII (one byte, one token)")
+    positions = [check_int(k, "positions") for k in positions]
+    if not positions:
+        raise ValueError("positions: must hold at least one number of positions")
+    repeats = check_int(repeats, "repeats")
+    if max(positions) > len(continuation):
+        raise ValueError(f"continuation: needs at least {max(positions)} characters")
+    rows = []
+    for r in range(repeats):
+        for name in rotation(list(endpoints), r):
+            for k in rotation(list(positions), r):
+                _one(endpoints[name], prefix, 1)
+                t = _one(endpoints[name], prefix + continuation[:k], 1)
+                rows.append({"server": name, "repeat": r, "positions": int(t["prompt_n"]),
+                             "ms": float(t["prompt_ms"])})
+    return rows
+
+
+def _fastest_and_median(rows, server, k):
+    ms = [x["ms"] for x in rows if x["server"] == server and x["positions"] == k]
+    if not ms:
+        raise RuntimeError(f"no pass of {k} positions measured on {server}")
+    return float(np.min(ms)), float(np.median(ms))
+
+
+def last_level_cache() -> int | None:
+    """Size in bytes of the largest CPU cache of processor 0 (Linux sysfs), None when the
+    system does not say."""
+    best = None
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        try:
+            size = int(text.rstrip("KMG")) * scale
+        except ValueError:
+            continue
+        if best is None or level > best[0]:
+            best = (level, size)
+    return None if best is None else best[1]
+
+
+def weight_bytes(model: nn.Transformer) -> int:
+    """Bytes of float32 weights one step of ``model`` reads (the tied head counted once)."""
+    return 4 * model.n_parameters
+
+
+# ------------------------------------------------------------- sampled-text protocol
+#: How c and g are estimated from the pass timings of one window of the protocol. Fixed
+#: before any run (not chosen by which estimator predicted better afterwards): the median
+#: of the passes timed in that window, on the same servers as the paired requests.
+COST_ESTIMATOR = "median"
+
+#: The headline of the served speedups, fixed before any run: the speedup of the mixed
+#: stream (every language's prompts interleaved, one request in flight) over all prompts.
+HEADLINE = "mixed-language stream, one request in flight, temperature 1"
+
+
+def interleave_languages(prompts: dict) -> list[tuple[str, str]]:
+    """``(language, prompt)`` pairs in the order of a mixed stream: the first prompt of
+    every language, then the second of every language, and so on.
+
+    Parameters
+    ----------
+    prompts : dict of str to sequence of str
+        Prompts per language (any lengths).
+
+    Returns
+    -------
+    list of (str, str)
+        Every prompt once, languages taking turns (a language with fewer prompts drops
+        out when it runs out).
+
+    Raises
+    ------
+    ValueError
+        ``prompts`` holds no prompt.
+
+    Examples
+    --------
+    >>> interleave_languages({"en": ["a", "b"], "it": ["c"]})
+    [('en', 'a'), ('it', 'c'), ('en', 'b')]
+    """
+    depth = max((len(ps) for ps in prompts.values()), default=0)
+    out = [(lang, ps[k]) for k in range(depth) for lang, ps in prompts.items() if k < len(ps)]
+    if not out:
+        raise ValueError("prompts: must hold at least one prompt")
+    return out
+
+
+def distinct_ngram_share(text: str | bytes, n: int = 4) -> float:
+    """Share of distinct byte ``n``-grams among all ``n``-grams of ``text``.
+
+    A repetition measure: 1 when no ``n``-gram repeats, near ``1 / L`` for a loop of
+    period ``L`` ("the the the ..." has period 4). Text shorter than ``n + 1`` bytes has
+    nothing to repeat and gives nan.
+
+    Parameters
+    ----------
+    text : str or bytes
+        A generated continuation (a str is measured in its UTF-8 bytes, the models' tokens).
+    n : int
+        Length of the grams, at least 1.
+
+    Returns
+    -------
+    float
+        Distinct ``n``-grams over the number of ``n``-grams, in (0, 1], or nan.
+
+    Raises
+    ------
+    ValueError
+        ``n`` is not an integer >= 1.
+
+    Examples
+    --------
+    >>> distinct_ngram_share("the the the the ", 4)
+    0.3076923076923077
+    >>> distinct_ngram_share("abcdefgh", 4)
+    1.0
+    """
+    n = check_int(n, "n")
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    if len(data) < n + 1:
+        return float("nan")
+    grams = [data[i:i + n] for i in range(len(data) - n + 1)]
+    return len(set(grams)) / len(grams)
+
+
+def ratio_interval(base_time, base_tokens, spec_time, spec_tokens, *, seed,
+                   confidence: float = 0.95, resamples: int = 2000) -> dict:
+    """Throughput ratio of two settings over the same prompts, with a bootstrap interval
+    over prompts.
+
+    The ratio is ``(sum spec_tokens / sum spec_time) / (sum base_tokens / sum base_time)``:
+    the speedup of a stream that sends these prompts one after the other. The interval
+    resamples prompts (each prompt's four numbers together: a paired bootstrap) with
+    :func:`scipy.stats.bootstrap`, BCa method.
+
+    Parameters
+    ----------
+    base_time, base_tokens, spec_time, spec_tokens : array_like, shape (n,)
+        Per prompt: seconds and completion tokens of the baseline and of the other setting.
+    seed : int or sequence of int
+        Seed of the resampling generator (:func:`numpy.random.default_rng`).
+    confidence : float
+        Confidence level, in (0, 1).
+    resamples : int
+        Bootstrap resamples.
+
+    Returns
+    -------
+    dict
+        ``speedup``, ``low``, ``high``, ``prompts`` (n), ``confidence``.
+
+    Raises
+    ------
+    ValueError
+        Arrays of different shapes, fewer than 2 prompts, non-positive times or tokens, a
+        confidence outside (0, 1).
+
+    References
+    ----------
+    Efron, B. (1987). Better bootstrap confidence intervals. JASA 82(397), 171-185 (BCa).
+    """
+    from scipy import stats
+
+    arrays = [np.asarray(a, dtype=float) for a in (base_time, base_tokens, spec_time,
+                                                    spec_tokens)]
+    names = ("base_time", "base_tokens", "spec_time", "spec_tokens")
+    for a, name in zip(arrays, names):
+        if a.ndim != 1 or a.shape != arrays[0].shape:
+            raise ValueError(f"{name}: must be one-dimensional with one value per prompt, "
+                             f"like base_time (shape {arrays[0].shape}, got {a.shape})")
+        if not np.all(np.isfinite(a) & (a > 0)):
+            raise ValueError(f"{name}: every value must be finite and positive")
+    if arrays[0].size < 2:
+        raise ValueError(f"base_time: needs at least 2 prompts (got {arrays[0].size})")
+    if not (isinstance(confidence, float) and 0 < confidence < 1):
+        raise ValueError(f"confidence: must be a float in (0, 1) (got {confidence!r})")
+    resamples = check_int(resamples, "resamples")
+
+    def ratio(bt, bk, st, sk, axis=-1):
+        return (np.sum(sk, axis) / np.sum(st, axis)) / (np.sum(bk, axis) / np.sum(bt, axis))
+
+    point = float(ratio(*arrays))
+    if np.ptp([ratio(*(a[np.arange(a.size) != i] for a in arrays))
+               for i in range(arrays[0].size)]) == 0:
+        low = high = point                     # every prompt alike: nothing to resample
+    else:
+        res = stats.bootstrap(arrays, ratio, paired=True, vectorized=True, axis=-1,
+                              confidence_level=confidence, n_resamples=resamples,
+                              method="BCa", rng=np.random.default_rng(seed))
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return {"speedup": point, "low": low, "high": high, "prompts": int(arrays[0].size),
+            "confidence": confidence}
+
+
+def memory_bandwidth(*, megabytes: int = 256, repeats: int = 5) -> dict:
+    """This machine's memory bandwidth from one thread: numpy reading and copying an array
+    far larger than the last-level cache.
+
+    Two kernels on a float32 array of ``megabytes`` MB (``2**20`` bytes each): a read
+    (``numpy.max``, which reads every element once and writes nothing: the access pattern
+    of a matrix-vector product reading its weights) and a copy (``numpy.copyto``: reads
+    and writes, counted as twice the array). Each is timed ``repeats`` times; the fastest
+    and the median repeat are returned in GB/s (1e9 bytes per second).
+
+    Parameters
+    ----------
+    megabytes : int
+        Array size, at least 16 MB; choose it several times the last-level cache.
+    repeats : int
+        Timed repeats of each kernel, at least 1.
+
+    Returns
+    -------
+    dict
+        ``read_gbs``, ``read_gbs_median``, ``copy_gbs``, ``copy_gbs_median``, ``bytes``,
+        ``repeats``.
+
+    Raises
+    ------
+    ValueError
+        ``megabytes`` below 16 or ``repeats`` below 1.
+
+    References
+    ----------
+    McCalpin, J. D. (1995). Memory bandwidth and machine balance in current high
+    performance computers. IEEE TCCA Newsletter (the STREAM copy kernel).
+    """
+    megabytes = check_int(megabytes, "megabytes", minimum=16)
+    repeats = check_int(repeats, "repeats")
+    n = megabytes * 2**20 // 4
+    src = np.ones(n, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)                                  # touch every page once
+    out = {"bytes": int(src.nbytes), "repeats": repeats}
+    for name, run, moved in (("read", lambda: src.max(), src.nbytes),
+                             ("copy", lambda: np.copyto(dst, src), 2 * src.nbytes)):
+        seconds = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - t)
+        out[f"{name}_gbs"] = moved / min(seconds) / 1e9
+        out[f"{name}_gbs_median"] = moved / float(np.median(seconds)) / 1e9
+    return out
+
+
+def cpu_model(path: str | Path = "/proc/cpuinfo") -> str:
+    """The processor's model name (Linux ``/proc/cpuinfo``), or ``"not reported"``."""
+    try:
+        for line in Path(path).read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "not reported"
+
+
+def pinned_commit(engine) -> str:
+    """The llama.cpp commit vendored in the pinned llama-cpp-python source distribution
+    (its ``.git/modules/vendor/llama.cpp/HEAD``), read from the cached sdist at run time;
+    ``"not recorded"`` when the sdist is absent or holds no such file."""
+    import tarfile
+
+    path = engine.cache_root() / "sdist" / engine.SDIST_NAME
+    want = f"llama_cpp_python-{engine.LLAMA_CPP_PYTHON}/.git/modules/vendor/llama.cpp/HEAD"
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:                      # .git comes first: stop there
+                if member.name == want:
+                    text = tar.extractfile(member).read().decode().strip()
+                    return text if len(text) == 40 else "not recorded"
+    except (OSError, tarfile.TarError):
+        pass
+    return "not recorded"
+
+
+def _arg(args: Sequence[str], flag: str, default: str) -> str:
+    args = list(args)
+    return args[args.index(flag) + 1] if flag in args[:-1] else default
+
+
+def server_context(args: Sequence[str]) -> dict:
+    """The settings of one llama-server command line that shape its speed: slots, context,
+    threads, KV cache types, flash attention, draft and draft length (llama.cpp's defaults
+    where the command line leaves them: f16 cache, flash attention ``auto``).
+
+    Parameters
+    ----------
+    args : sequence of str
+        The server's arguments (with or without the binary first).
+
+    Returns
+    -------
+    dict
+        ``slots``, ``context``, ``threads``, ``batch_threads``, ``cache_k``, ``cache_v``,
+        ``flash_attention``, ``draft`` (file name or None), ``gamma`` (or None).
+    """
+    args = [str(a) for a in args]
+    draft = _arg(args, "-md", "")
+    return {"slots": int(_arg(args, "-np", "1")), "context": int(_arg(args, "-c", "0")),
+            "threads": int(_arg(args, "-t", "0")), "batch_threads": int(_arg(args, "-tb", "0")),
+            "cache_k": _arg(args, "-ctk", "f16"), "cache_v": _arg(args, "-ctv", "f16"),
+            "flash_attention": _arg(args, "-fa", "auto"),
+            "draft": Path(draft).name if draft else None,
+            "gamma": int(_arg(args, "--spec-draft-n-max", "0")) if draft else None}
+
+
+def run_context(engine, servers: dict) -> dict:
+    """The context of a served run: engine source and build, machine, and every server's
+    settings (:func:`server_context`)."""
+    import os
+    import platform
+
+    return {"llama_cpp_commit": pinned_commit(engine),
+            "llama_cpp_python": engine.LLAMA_CPP_PYTHON, "sdist_sha256": engine.SDIST_SHA256,
+            "build_flags": " ".join(engine.CMAKE_FLAGS), "build_key": engine.build_key(),
+            "cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "last_level_cache_bytes": last_level_cache(),
+            "servers": {name: server_context(args) for name, args in servers.items()}}
+
+
+def _record_row(rec, k: int, repeat: int, setting: str) -> dict:
+    return {"prompt": k, "language": rec.language, "repeat": repeat, "setting": setting,
+            "seconds": float(rec.e2e), "tokens": int(rec.completion_tokens),
+            "ttft": float(rec.ttft), "tpot": float(rec.tpot), "draft_n": rec.draft_n,
+            "draft_n_accepted": rec.draft_n_accepted, "text": rec.text}
+
+
+def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: int,
+                     max_tokens: int, temperature: float, seed: int,
+                     window=None, confidence: float = 0.95) -> dict:
+    """The paired protocol on a mixed-language stream, with intervals over prompts.
+
+    Every repeat sends the same stream (:func:`interleave_languages`: the languages take
+    turns, one request in flight, request ``k`` seeded ``seed + k`` in every setting and
+    repeat) to every setting in an order that rotates with the repeat; ``window``, when
+    given, is one more slot in that rotation (``window(repeat)`` runs there and its result
+    is kept: the pass timings of the cost model, on the same servers, in the same time
+    window as the requests).
+
+    Parameters
+    ----------
+    endpoints : dict of str to Endpoint
+        The settings, ``baseline`` among them.
+    prompts : dict of str to sequence of str
+        Prompts per language.
+    baseline : str
+        The setting every other is compared with.
+    repeats, max_tokens : int
+        Repeats of the stream (at least 1) and tokens per request.
+    temperature : float
+        Sampling temperature (every truncation off: :func:`specdec.client.plain_sampling`).
+    seed : int
+        First request seed; also seeds the bootstrap.
+    window : callable or None
+        ``window(repeat) -> object``, run once per repeat in the rotation.
+    confidence : float
+        Level of the bootstrap intervals (:func:`ratio_interval`).
+
+    Returns
+    -------
+    dict
+        ``requests``: one row per request (prompt index, language, repeat, setting,
+        seconds, tokens, TTFT, TPOT, drafted and accepted tokens, text); ``streams``: per
+        repeat and setting, wall time, tokens, throughput, acceptance and (not for the
+        baseline) the paired ``speedup`` of that repeat; ``windows``: what ``window``
+        returned, per repeat; ``speedup``: per setting, the mixed stream's speedup with
+        its interval over prompts (per-prompt seconds: the median over repeats) and
+        ``by_language`` the same per language; ``identical``: per setting, the number of
+        (prompt, repeat) whose text equals the baseline's, and ``compared``.
+
+    Raises
+    ------
+    ValueError
+        ``baseline`` not among ``endpoints``, ``repeats`` below 1.
+    """
+    if baseline not in endpoints:
+        raise ValueError(f"baseline: {baseline!r} is not one of the settings {sorted(endpoints)}")
+    repeats = check_int(repeats, "repeats")
+    stream = interleave_languages(prompts)
+    sampling = cl.plain_sampling(temperature)
+    specs = [cl.RequestSpec(f"{lang}-{k}", p, max_tokens, sampling, seed + k, lang)
+             for k, (lang, p) in enumerate(stream)]
+    names = list(endpoints)
+    slots = names + (["window"] if window is not None else [])
+    requests, streams, windows = [], [], []
+    for r in range(repeats):
+        for slot in rotation(slots, r):
+            if slot == "window":
+                windows.append(window(r))
+                continue
+            run = cl.closed_loop(endpoints[slot], specs, 1, setting=slot)
+            requests += [_record_row(rec, k, r, slot) for k, rec in enumerate(run.records)]
+            acc = cl.acceptance(run.records)
+            streams.append({"repeat": r, "setting": slot, "wall": run.wall,
+                            "tokens": sum(x.completion_tokens for x in run.records),
+                            "throughput": sum(x.completion_tokens for x in run.records) / run.wall,
+                            "acceptance": acc["acceptance"], "draft_n": acc["draft_n"],
+                            "draft_n_accepted": acc["draft_n_accepted"]})
+    base_tp = {s["repeat"]: s["throughput"] for s in streams if s["setting"] == baseline}
+    for s in streams:
+        if s["setting"] != baseline:
+            s["speedup"] = s["throughput"] / base_tp[s["repeat"]]
+
+    def per_prompt(setting, which):
+        rows = [x for x in requests if x["setting"] == setting and x["prompt"] in which]
+        secs = np.array([np.median([x["seconds"] for x in rows if x["prompt"] == k])
+                         for k in which])
+        toks = np.array([np.median([x["tokens"] for x in rows if x["prompt"] == k])
+                         for k in which])
+        return secs, toks
+
+    groups = {"mixed": list(range(len(stream)))}
+    for lang in prompts:
+        groups[lang] = [k for k, (la, _) in enumerate(stream) if la == lang]
+    speedup, identical = {}, {}
+    base_text = {(x["prompt"], x["repeat"]): x["text"] for x in requests
+                 if x["setting"] == baseline}
+    for name in names:
+        if name == baseline:
+            continue
+        out = {}
+        for g, which in groups.items():
+            bt, bk = per_prompt(baseline, which)
+            st, sk = per_prompt(name, which)
+            mine = [x for x in requests if x["setting"] == name and x["prompt"] in which]
+            drafted = sum(x["draft_n"] for x in mine)
+            out[g] = {**ratio_interval(bt, bk, st, sk, seed=[seed, len(out)],
+                                       confidence=confidence),
+                      "acceptance": (sum(x["draft_n_accepted"] for x in mine) / drafted
+                                     if drafted else float("nan")),
+                      "per_repeat": [s["speedup"] for s in streams if s["setting"] == name]
+                      if g == "mixed" else None}
+        speedup[name] = out
+        mine = [x for x in requests if x["setting"] == name]
+        identical[name] = {"identical": sum(base_text[(x["prompt"], x["repeat"])] == x["text"]
+                                            for x in mine), "compared": len(mine)}
+    repetition = {}
+    for g, which in groups.items():
+        shares = [distinct_ngram_share(x["text"]) for x in requests
+                  if x["setting"] == baseline and x["repeat"] == 0 and x["prompt"] in which]
+        shares = [v for v in shares if np.isfinite(v)]
+        repetition[g] = float(np.median(shares)) if shares else float("nan")
+    return {"protocol": "mixed-language stream at batch one, settings (and the cost "
+                        "window) in rotating order inside every repeat; request k seeded "
+                        "seed + k in every setting and repeat; intervals: BCa bootstrap "
+                        "over prompts", "baseline": baseline, "repeats": repeats,
+            "max_tokens": max_tokens, "temperature": float(temperature), "seed": seed,
+            "prompts": {lang: len(ps) for lang, ps in prompts.items()},
+            "stream": [lang for lang, _ in stream], "requests": requests, "streams": streams,
+            "windows": windows, "speedup": speedup, "identical": identical,
+            "distinct_4gram_share": repetition}
+
+
+def window_costs(passes: Sequence[dict], gamma: int) -> dict:
+    """c and g(1..gamma) of one window's pass timings, by :data:`COST_ESTIMATOR` (the
+    median of the window's repeats of each pass).
+
+    Parameters
+    ----------
+    passes : sequence of dict
+        Rows of :func:`pass_times` with servers ``"target"`` and ``"draft"``.
+    gamma : int
+        Draft length: passes of 1 to ``gamma + 1`` positions on the target are needed.
+
+    Returns
+    -------
+    dict
+        ``target_ms`` (one-position pass), ``verify_ms`` (``gamma + 1`` positions),
+        ``draft_ms``, ``c``, ``g`` (= ``g_by_gamma[-1]``), ``g_by_gamma``, and
+        ``disturbance``: the largest ``median / fastest - 1`` of the three passes.
+
+    Raises
+    ------
+    RuntimeError
+        A needed pass was not measured.
+    """
+    def both(server, k):
+        return _fastest_and_median(passes, server, k)
+
+    t1_min, t1 = both("target", 1)
+    tv_min, tv = both("target", gamma + 1)
+    d1_min, d1 = both("draft", 1)
+    g_by_gamma = [both("target", k)[1] / t1 for k in range(2, gamma + 2)]
+    return {"target_ms": t1, "verify_ms": tv, "draft_ms": d1, "c": d1 / t1,
+            "g": g_by_gamma[-1], "g_by_gamma": g_by_gamma,
+            "disturbance": max(t1 / t1_min, tv / tv_min, d1 / d1_min) - 1.0}
+
+
+def predicted_speedup(acceptance: float, c: float, g: float, gamma: int) -> float:
+    """The cost model's speedup ``E / (gamma c + g)`` with ``E = 1 + gamma a``.
+
+    Parameters
+    ----------
+    acceptance : float
+        Accepted over drafted tokens, as the server reports it (every cycle drafts
+        ``gamma``), in [0, 1].
+    c, g : float
+        Draft step over target step; verification pass over target step (positive).
+    gamma : int
+        Draft length, at least 1.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        An input out of its range.
+
+    References
+    ----------
+    Leviathan, Kalman and Matias (2023), Fast inference from transformers via speculative
+    decoding, section 3.4 (with a measured verification cost g in place of 1).
+    """
+    gamma = check_int(gamma, "gamma")
+    if not (0 <= acceptance <= 1):
+        raise ValueError(f"acceptance: must be in [0, 1] (got {acceptance!r})")
+    if not (c > 0 and g > 0):
+        raise ValueError(f"c, g: must be positive (got c={c!r}, g={g!r})")
+    return (1.0 + gamma * acceptance) / (gamma * c + g)
