@@ -30,8 +30,11 @@ TRIALS = {"token": 300, "block": 60, "generate": 15, "lookup": 15, "tokenizers":
           "token:patched": 2000, "block:patched": 1500, "lookup:patched": 200,
           "generate:patched": 600, "tokenizers:patched": 600, "token:ensemble": 2000}
 ROWS = ("token", "block", "generate", "lookup", "tokenizers")
+#: Controls that must fail at these trials. Not here: ``tokenizers:patched``, whose
+#: accept-every-draft copy moves the law of the third tiny model's decodes by a TV of about
+#: 0.12 at 4.57.6, below what 600 calls resolve (0.17); Appendix A3 reports it either way.
 CONTROLS = ("token:patched", "block:patched", "generate:patched", "lookup:patched",
-            "tokenizers:patched", "token:ensemble")
+            "token:ensemble")
 
 
 def _release(text: str) -> tuple[int, int]:
@@ -69,7 +72,7 @@ def test_every_control_fails(summary):
     for name in CONTROLS:
         run = summary[name]
         if not run["available"]:
-            newer = {"token:ensemble": (5, 14), "tokenizers:patched": (4, 46)}
+            newer = {"token:ensemble": (5, 14)}
             assert _release(summary["release"]) < newer[name], name
             continue
         assert not run["passed"], run["markdown"]
