@@ -28,11 +28,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: transformers releases tested: before the signature change of ``_speculative_sampling``
-#: (4.37: ``candidate_input_ids, candidate_logits, candidate_length, new_logits,
-#: last_assistant_token_is_eos, max_matches``), after it (4.57: no ``max_matches``), and
-#: the newest 5.x.
-RELEASES = ("4.37.2", "4.57.6", "5.24.0")
+#: transformers releases tested, one per minor series whose assisted-generation code
+#: changed in a way the kit can see (tools/hf_series.py finds and records them): 4.37
+#: (``_speculative_sampling(..., last_assistant_token_is_eos, max_matches)``), 4.40
+#: (``is_done_candidate``, no ``max_matches``), 4.46 (the assistant with a different
+#: tokenizer), 4.57 (the last 4.x), 5.0 (``_assisted_decoding`` rewritten), 5.14
+#: (``assistant_ensemble_weight``), 5.18 (end-of-sequence handling moved to the caller),
+#: and the newest.
+RELEASES = ("4.37.2", "4.40.2", "4.46.3", "4.57.6", "5.0.0", "5.14.1", "5.18.0", "5.24.0")
 
 #: torch build shared by every environment (pip takes the CPU wheel this machine holds).
 TORCH = "torch==2.13.0"
