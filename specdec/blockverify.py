@@ -143,7 +143,7 @@ class BlockVerification(cycles.ChainRule):
         """Weight of the target law in the corrected token's residual: ``w_tau``."""
         return w[tau]
 
-    def verify(self, path):
+    def path_outcomes(self, path):
         w = block_weights(path)
         taus = self.tau_law(stopping_probabilities(path))
         k = len(path.tokens)

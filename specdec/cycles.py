@@ -701,11 +701,39 @@ class Rule:
 class ChainRule(Rule):
     """A rule that verifies one drafted chain given the laws along it (:class:`DraftPath`).
 
-    Subclasses define :meth:`verify` (exact) and :meth:`sample_path` (the procedure).
+    Subclasses define :meth:`path_outcomes` (exact) and :meth:`sample_path` (the procedure).
+    The name ``verify`` belongs to the kernel :func:`specdec.verify.verify`; a subclass that
+    defines a method ``verify`` is refused when it is created, so that a rule written for
+    the old name cannot be silently ignored.
+
+    Raises
+    ------
+    TypeError
+        At class creation, a subclass defines ``verify`` instead of :meth:`path_outcomes`.
     """
 
-    def verify(self, path: DraftPath) -> list:
-        """Outcomes ``(probability given the path, emitted, n_accepted)`` given a draft path."""
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "verify" in vars(cls):
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__}: define path_outcomes, "
+                            f"not verify (the name verify is the kernel specdec.verify.verify)")
+
+    def path_outcomes(self, path: DraftPath) -> list:
+        """Exact outcomes of verifying one drafted path: a law, not a sampler.
+
+        Parameters
+        ----------
+        path : DraftPath
+            The drafted tokens, their probability, and the target and draft laws along
+            the path.
+
+        Returns
+        -------
+        list of tuple
+            Outcomes ``(probability given the path, emitted, n_accepted)``; the
+            probabilities sum to 1 (exactly, for fractions). Consumed by
+            :func:`chain_outcomes` and :func:`path_accepted_law`.
+        """
         raise NotImplementedError
 
     def sample_path(self, path: DraftPath, rng) -> tuple[tuple, int]:
@@ -713,7 +741,7 @@ class ChainRule(Rule):
         raise NotImplementedError
 
     def outcomes(self, oracle, ctx, shape, *, greedy=False):
-        return chain_outcomes(self.verify, oracle, ctx, self.depth(shape), greedy=greedy)
+        return chain_outcomes(self.path_outcomes, oracle, ctx, self.depth(shape), greedy=greedy)
 
     def sample(self, target, draft, ctx, shape, rng, *, greedy=False):
         path = draft_chain(target, draft, ctx, self.depth(shape), rng, greedy=greedy)

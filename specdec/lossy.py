@@ -231,7 +231,7 @@ class Lossy(cycles.ChainRule):
     def __post_init__(self):
         object.__setattr__(self, "params", check_params(self.rule, self.params))
 
-    def verify(self, path):
+    def path_outcomes(self, path):
         out = []
         run = 1.0
         for i, x in enumerate(path.tokens):

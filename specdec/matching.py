@@ -164,7 +164,7 @@ class Matching(cycles.ChainRule):
         """The token emitted at a mismatch, given the target's sample ``y``: ``y`` itself."""
         return y
 
-    def verify(self, path):
+    def path_outcomes(self, path):
         out = []
         run = path.prob * 0 + 1
         for i, x in enumerate(path.tokens):

@@ -13,7 +13,7 @@ are the same rule:
   :meth:`TokenByToken.recovery`, the exact law of the emitted token
   (:meth:`TokenByToken.output_law`) and a sampler (:meth:`TokenByToken.sample_step`);
 * **one cycle** over a drafted chain (a :class:`specdec.cycles.ChainRule`): the exact law
-  of the cycle's outcomes given the laws along the path (:meth:`TokenByToken.verify`), from
+  of the cycle's outcomes given the laws along the path (:meth:`TokenByToken.path_outcomes`), from
   which :mod:`specdec.cycles` derives the sequence law, the accepted-count law and the
   kit's declared law, and a sampler (:meth:`TokenByToken.sample_path`).
 
@@ -143,7 +143,7 @@ class TokenByToken(cycles.ChainRule):
         """Weights of the recovery law at one position of a path, and their sum."""
         return cycles.residual_weights(1, p, q)
 
-    def verify(self, path):
+    def path_outcomes(self, path):
         """Outcomes ``(probability given the path, emitted, n_accepted)`` of one cycle.
 
         Raises

@@ -49,7 +49,7 @@ def test_certificate_is_a_primal_and_a_dual_solution():
     point = np.zeros(lp.shape[1])
     index = {lab: j for j, lab in enumerate(lp.labels)}
     for path in cycles.draft_paths(oracle, (), 2):
-        for w, emitted, tau in bv.BLOCK.verify(path):
+        for w, emitted, tau in bv.BLOCK.path_outcomes(path):
             key = (path.tokens, tau, () if tau == len(path.tokens) else (emitted[-1],))
             point[index[key]] += float(path.prob * w)
     assert np.allclose(a @ point, np.array(lp.b, dtype=float), atol=FLOAT_TOL)
@@ -176,6 +176,6 @@ def test_sglang_sampler_matches_its_exact_law():
 def test_sglang_rejected_token_is_never_emitted_at_its_position():
     p, q = toy_pair()
     path = cycles.draft_paths(cycles.model_oracle(p, q), (), 2)[0]
-    for w, emitted, k in lossy.Lossy("sglang", {"t_acc": 0.7}).verify(path):
+    for w, emitted, k in lossy.Lossy("sglang", {"t_acc": 0.7}).path_outcomes(path):
         if k < len(path.tokens):
             assert emitted[k] != path.tokens[k] and w > 0

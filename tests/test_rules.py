@@ -586,3 +586,36 @@ def test_command_line_runs_a_registry_rule_by_name(capsys):
     assert conformance.main(["rule:bogus", "--trials", "10"]) == 2
     err = capsys.readouterr().err
     assert "sampler: 'rule:bogus': no rule is named 'bogus'" in err and "token_residual" in err
+
+
+def test_chain_rule_refuses_a_method_named_verify():
+    # the name verify is the kernel's (specdec.verify.verify); a rule written for the old
+    # method name must fail at class creation instead of falling back to the base method
+    with pytest.raises(TypeError, match=r"OldStyle: define path_outcomes, not verify"):
+        class OldStyle(cycles.ChainRule):
+            def verify(self, path):
+                return []
+    with pytest.raises(TypeError, match=r"OldToken: define path_outcomes, not verify"):
+        class OldToken(tokenrule.TokenByToken):
+            def verify(self, path):
+                return []
+
+    class NewStyle(cycles.ChainRule):
+        def path_outcomes(self, path):
+            return cycles.full_acceptance(path, path.prob * 0 + 1)
+    assert "verify" not in vars(NewStyle)
+
+
+def test_chain_rules_define_path_outcomes_only():
+    target, draft = toy_pair()
+    path = cycles.draft_chain(target, draft, (), 3, np.random.default_rng(0))
+    chain = [r for r in rules.RULES.values() if isinstance(r, cycles.ChainRule)
+             and getattr(r, "proposes", True)]   # step-formula flaws have no chain form
+    chain += [lossy.Lossy("typical")]
+    assert {type(r) for r in chain} >= {tokenrule.TokenByToken, bv.BlockVerification,
+                                        matching.Matching, lossy.Lossy}
+    for rule in chain:
+        assert not hasattr(rule, "verify"), rule
+        law = cycles.path_accepted_law(path, rule.path_outcomes)
+        assert len(law) == len(path.tokens) + 1
+        assert math.isclose(float(sum(law)), 1.0, abs_tol=1e-12), rule
