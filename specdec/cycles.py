@@ -27,7 +27,7 @@ and :meth:`Rule.sample`, the reference procedure that draws one cycle with expli
 uniforms. The exact rules live in their modules (:data:`specdec.blockverify.BLOCK`,
 :data:`specdec.matching.MATCHING`, :class:`specdec.multidraft.RecursiveRejection`,
 :class:`specdec.lossy.Lossy`); each flaw is one subclass in the module of its rule;
-:mod:`specdec.rules` registers them all. :class:`RuleSampler` is the one adapter that hands any rule to the conformance kit as a
+:mod:`specdec.rules` registers them all. :class:`specdec.rules.RuleSampler` is the one adapter that hands any rule to the conformance kit as a
 block sampler, with the accepted-count law of the rule declared beside it. Used in
 Chapter 5 and Appendix A4.
 
@@ -77,7 +77,6 @@ __all__ = [
     "sample_full_acceptance",
     "Rule",
     "ChainRule",
-    "RuleSampler",
 ]
 
 class Outcome(NamedTuple):
@@ -747,82 +746,3 @@ class ChainRule(Rule):
         path = draft_chain(target, draft, ctx, self.depth(shape), rng, greedy=greedy)
         emitted, n_acc = self.sample_path(path, rng)
         return tuple(emitted), n_acc, len(path.tokens)
-
-
-@dataclass(frozen=True)
-class RuleSampler:
-    """A rule as the conformance kit's block sampler ``f(target, draft, prefix, gamma, rng)``.
-
-    Calling it runs one cycle of :attr:`rule` (:meth:`Rule.sample`) and returns
-    ``(emitted, n_accepted, n_proposed)``. Its :meth:`first_cycle_accepted_law` declares the
-    accepted-count law of the rule, which the kit then checks the reported counts
-    against instead of the token-by-token law (:func:`specdec.conformance.run_battery`).
-
-    Attributes
-    ----------
-    rule : Rule
-        The verification rule (exact or flawed).
-    greedy : bool
-        Greedy drafts (chain rules).
-    top_widths : tuple of int, optional
-        Tree rules only: the widths at the top of the tree, filled with 1 to depth
-        ``gamma`` (``(2,)`` gives ``(2, 1, ..., 1)``); required for a tree rule.
-
-    Raises
-    ------
-    TypeError
-        ``rule`` is not a :class:`Rule`.
-    ValueError
-        ``top_widths`` missing for a tree rule or given for a chain rule.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from specdec import blockverify, models
-    >>> p, q = models.toy_pair()
-    >>> f = RuleSampler(blockverify.BLOCK)
-    >>> emitted, n, k = f(p, q, (), 3, np.random.default_rng(0))
-    >>> 1 <= len(emitted) <= 4 and n <= k <= 3
-    True
-    """
-
-    rule: Rule
-    greedy: bool = False
-    top_widths: tuple | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.rule, Rule):
-            raise TypeError(f"rule: must be a specdec.cycles.Rule such as blockverify.BLOCK "
-                            f"(got {self.rule!r})")
-        if self.rule.tree and self.top_widths is None:
-            raise ValueError(f"top_widths: required for the tree rule {self.rule!r} (e.g. (2,))")
-        if not self.rule.tree and self.top_widths is not None:
-            raise ValueError(f"top_widths: only for tree rules ({self.rule!r} verifies a chain)")
-        if self.top_widths is not None:
-            widths = tuple(self.top_widths)
-            if not widths or any(check_int(w, "top_widths", minimum=1) < 1 for w in widths):
-                raise ValueError("top_widths: must be a non-empty sequence of integers >= 1")
-            object.__setattr__(self, "top_widths", widths)
-
-    def shape(self, gamma: int):
-        """What one cycle drafts at draft length ``gamma``: gamma, or the tree widths."""
-        gamma = check_int(gamma, "gamma", minimum=1)
-        if self.top_widths is None:
-            return gamma
-        return (self.top_widths + (1,) * gamma)[:gamma]
-
-    def __call__(self, target, draft, prefix, gamma, rng):
-        check_models(target, draft)
-        ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
-        return self.rule.sample(target, draft, ctx, self.shape(gamma), check_rng(rng),
-                                greedy=self.greedy)
-
-    def first_cycle_accepted_law(self, target, draft, prefix, gamma) -> np.ndarray:
-        """The rule's joint law of one cycle's accepted count and accepted EOS, ``(gamma + 1, 2)``."""
-        return self.rule.first_cycle_accepted_law(target, draft, prefix, self.shape(gamma),
-                                                  greedy=self.greedy)
-
-    def __repr__(self) -> str:
-        extra = (", greedy" if self.greedy else "") + (f", top_widths={self.top_widths}"
-                                                        if self.top_widths else "")
-        return f"RuleSampler({self.rule!r}{extra})"

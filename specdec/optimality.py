@@ -323,8 +323,14 @@ def optimal_accepted(target, draft, prefix, gamma: int, *, free_tokens: bool = F
     idx = [(i, j, float(v)) for j, col in enumerate(lp.columns) for i, v in col]
     rr, cc, vv = zip(*idx)
     a_eq = csc_array((vv, (rr, cc)), shape=(n_rows, n_vars))
-    res = linprog(-np.asarray(lp.c, dtype=float), A_eq=a_eq, b_eq=np.array(lp.b, dtype=float),
-                  bounds=(0, None), method="highs")
+    cost, b_eq = -np.asarray(lp.c, dtype=float), np.array(lp.b, dtype=float)
+    res = linprog(cost, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+    if res.status == 2:
+        # The program is feasible by construction (block verification is a feasible point):
+        # with draft probabilities near 1e-3 HiGHS's presolve can declare it infeasible in
+        # floating point; the solver without presolve then finds the optimum.
+        res = linprog(cost, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs",
+                      options={"presolve": False})
     if res.status != 0:
         raise RuntimeError(f"linprog: no optimum ({res.message})")
     value = -float(res.fun)

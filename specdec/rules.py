@@ -22,7 +22,7 @@ of their own.
 
 The stateless rules (:data:`RULES`) are :class:`specdec.cycles.Rule` objects: the law of one
 cycle depends only on the emitted text, so each has an exact sequence law, an accepted-count
-law, and a reference sampler that the kit runs through :class:`specdec.cycles.RuleSampler`.
+law, and a reference sampler that the kit runs through :class:`specdec.rules.RuleSampler`.
 The cycle rules of :mod:`specdec.stateful` carry state from one cycle to the next; they are
 registered apart (:data:`CYCLE_RULES`) and run by :func:`specdec.block.generate`.
 
@@ -37,11 +37,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from . import blockverify, matching, multidraft, stateful, tokenrule
 from .cycles import Rule
+from .laws import check_int
+from .models import check_models, check_prefix
+from .verify import check_rng
 
 __all__ = ["Family", "FAMILIES", "EXACT_RULES", "FLAWS", "RULES", "CYCLE_RULES", "ALIASES",
-           "rule_name", "get_rule", "accepted_law"]
+           "rule_name", "get_rule", "accepted_law", "RuleSampler"]
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def accepted_law(name: str) -> Callable:
     rule = get_rule(name)
     if rule.tree:
         raise ValueError(f"rule: {name!r} verifies a tree, whose accepted-count law depends on its "
-                         "widths; declare it with specdec.cycles.RuleSampler(rule, top_widths=...)")
+                         "widths; declare it with specdec.rules.RuleSampler(rule, top_widths=...)")
     if not getattr(rule, "proposes", True):
         raise ValueError(f"rule: {name!r} is an error in the formula of one step's law, not a "
                          "procedure with accepted counts")
@@ -177,3 +182,82 @@ def accepted_law(name: str) -> Callable:
 
     law.__qualname__ = f"accepted_law({rule_name(rule)!r})"
     return law
+
+
+@dataclass(frozen=True)
+class RuleSampler:
+    """A rule as the conformance kit's block sampler ``f(target, draft, prefix, gamma, rng)``.
+
+    Calling it runs one cycle of :attr:`rule` (:meth:`specdec.cycles.Rule.sample`) and returns
+    ``(emitted, n_accepted, n_proposed)``. Its :meth:`first_cycle_accepted_law` declares the
+    accepted-count law of the rule, which the kit then checks the reported counts
+    against instead of the token-by-token law (:func:`specdec.conformance.run_battery`).
+
+    Attributes
+    ----------
+    rule : Rule
+        The verification rule (exact or flawed).
+    greedy : bool
+        Greedy drafts (chain rules).
+    top_widths : tuple of int, optional
+        Tree rules only: the widths at the top of the tree, filled with 1 to depth
+        ``gamma`` (``(2,)`` gives ``(2, 1, ..., 1)``); required for a tree rule.
+
+    Raises
+    ------
+    TypeError
+        ``rule`` is not a :class:`Rule`.
+    ValueError
+        ``top_widths`` missing for a tree rule or given for a chain rule.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specdec import blockverify, models
+    >>> p, q = models.toy_pair()
+    >>> f = RuleSampler(blockverify.BLOCK)
+    >>> emitted, n, k = f(p, q, (), 3, np.random.default_rng(0))
+    >>> 1 <= len(emitted) <= 4 and n <= k <= 3
+    True
+    """
+
+    rule: Rule
+    greedy: bool = False
+    top_widths: tuple | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.rule, Rule):
+            raise TypeError(f"rule: must be a specdec.cycles.Rule such as blockverify.BLOCK "
+                            f"(got {self.rule!r})")
+        if self.rule.tree and self.top_widths is None:
+            raise ValueError(f"top_widths: required for the tree rule {self.rule!r} (e.g. (2,))")
+        if not self.rule.tree and self.top_widths is not None:
+            raise ValueError(f"top_widths: only for tree rules ({self.rule!r} verifies a chain)")
+        if self.top_widths is not None:
+            widths = tuple(self.top_widths)
+            if not widths or any(check_int(w, "top_widths", minimum=1) < 1 for w in widths):
+                raise ValueError("top_widths: must be a non-empty sequence of integers >= 1")
+            object.__setattr__(self, "top_widths", widths)
+
+    def shape(self, gamma: int):
+        """What one cycle drafts at draft length ``gamma``: gamma, or the tree widths."""
+        gamma = check_int(gamma, "gamma", minimum=1)
+        if self.top_widths is None:
+            return gamma
+        return (self.top_widths + (1,) * gamma)[:gamma]
+
+    def __call__(self, target, draft, prefix, gamma, rng):
+        check_models(target, draft)
+        ctx = check_prefix(prefix, target.vocab_size, eos=target.eos)
+        return self.rule.sample(target, draft, ctx, self.shape(gamma), check_rng(rng),
+                                greedy=self.greedy)
+
+    def first_cycle_accepted_law(self, target, draft, prefix, gamma) -> np.ndarray:
+        """The rule's joint law of one cycle's accepted count and accepted EOS, ``(gamma + 1, 2)``."""
+        return self.rule.first_cycle_accepted_law(target, draft, prefix, self.shape(gamma),
+                                                  greedy=self.greedy)
+
+    def __repr__(self) -> str:
+        extra = (", greedy" if self.greedy else "") + (f", top_widths={self.top_widths}"
+                                                        if self.top_widths else "")
+        return f"RuleSampler({self.rule!r}{extra})"

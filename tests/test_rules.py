@@ -111,7 +111,7 @@ def test_block_sampler_matches_enumeration():
     gamma, n = 3, 8_000
     rng = np.random.default_rng(5)
     for rule in (bv.TOKEN, bv.BLOCK) + bv.BLOCK_FLAWS:
-        f = cycles.RuleSampler(rule)
+        f = rules.RuleSampler(rule)
         counts = np.zeros(gamma + 1, dtype=np.int64)
         for _ in range(n):
             _, k, _ = f(p, q, (), gamma, rng)
@@ -123,7 +123,7 @@ def test_block_sampler_matches_enumeration():
 def test_block_errors():
     p, q = toy_pair()
     with pytest.raises(TypeError, match="rule"):
-        cycles.RuleSampler("blocky")
+        rules.RuleSampler("blocky")
     with pytest.raises(ValueError, match="gamma"):
         bv.BLOCK.sequence_law(p, q, (), 0, 3)
     with pytest.raises(LawError, match="p: fractions"):
@@ -192,9 +192,9 @@ def test_tree_errors():
     with pytest.raises(ValueError, match="original_q"):
         md.OriginalQ("with")
     with pytest.raises(ValueError, match="top_widths"):
-        cycles.RuleSampler(rule)
+        rules.RuleSampler(rule)
     with pytest.raises(ValueError, match="top_widths"):
-        cycles.RuleSampler(bv.BLOCK, top_widths=(2,))
+        rules.RuleSampler(bv.BLOCK, top_widths=(2,))
 
 
 # --------------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def test_chain_sampler_matches_enumeration(rule):
     p, q = toy_pair()
     rng = np.random.default_rng(4)
     n, gamma = 6_000, 3
-    f = cycles.RuleSampler(rule)
+    f = rules.RuleSampler(rule)
     counts: dict = {}
     for _ in range(n):
         emitted, k, k_prop = f(p, q, (), gamma, rng)
@@ -361,13 +361,13 @@ def test_first_cycle_accepted_law_is_the_accepted_count_law():
 RULE_CASE = conformance.rule_cases()[0]
 #: Every flaw of the registry that has a chain or tree form and changes the law (the step
 #: flaws run as token-by-token rules along the drafted chain).
-FLAW_SAMPLERS = [cycles.RuleSampler(f, top_widths=(2,) if f.tree else None)
+FLAW_SAMPLERS = [rules.RuleSampler(f, top_widths=(2,) if f.tree else None)
                  for f in rules.FLAWS + (md.NoResidualUpdate("topk"),)
                  if not f.exact and getattr(f, "proposes", True)]
 #: Every exact rule of the registry as the kit's block sampler (trees with two children at
 #: the top), and the matching rule with a greedy draft as well.
-EXACT_SAMPLERS = [cycles.RuleSampler(r, top_widths=(2,) if r.tree else None)
-                  for r in rules.EXACT_RULES] + [cycles.RuleSampler(matching.MATCHING, greedy=True)]
+EXACT_SAMPLERS = [rules.RuleSampler(r, top_widths=(2,) if r.tree else None)
+                  for r in rules.EXACT_RULES] + [rules.RuleSampler(matching.MATCHING, greedy=True)]
 
 
 def _rule_law(f, case):
@@ -425,7 +425,7 @@ def test_kit_passes_exact_rules_with_their_accounting(f):
 
 
 def test_block_verifier_reporting_counts_needs_its_law():
-    f = cycles.RuleSampler(bv.BLOCK)
+    f = rules.RuleSampler(bv.BLOCK)
 
     def plain(target, draft, prefix, gamma, rng):               # the same sampler, no declared law
         return f(target, draft, prefix, gamma, rng)
@@ -455,7 +455,7 @@ def test_measure_loss_interval_covers_exact_tv():
     case = conformance.BlockCase("toy_g3", "toy pair, gamma 3, 2 tokens", p, q, 3, 2)
     ref = sequence_law(p, (), 2)
     for rule in (lossy.Lossy("typical"), lossy.Lossy("scaled_ratio", {"t_acc": 0.5})):
-        report = conformance.measure_loss(cycles.RuleSampler(rule), cases=[case], trials=3_000, seed=12,
+        report = conformance.measure_loss(rules.RuleSampler(rule), cases=[case], trials=3_000, seed=12,
                                           confidence=1 - 1e-9, resamples=200)
         est = report.case("toy_g3")
         exact = law_tv(rule.sequence_law(p, q, (), 3, 2), ref)

@@ -71,7 +71,7 @@ Accounting
     (block verification, a draft tree, the matching rule) names the accepted-count law of
     its rule with ``accepted_law=`` (``"token"``, ``"block"``, ``"matching"`` or a callable,
     see :class:`SamplerSpec`), or carries it as a ``first_cycle_accepted_law`` method, as
-    the library's rules do through :class:`specdec.cycles.RuleSampler`. The opt-in block
+    the library's rules do through :class:`specdec.rules.RuleSampler`. The opt-in block
     cases :data:`RULE_CASE_NAMES` are where the flaws of those rules show.
 
 Measurement

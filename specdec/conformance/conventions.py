@@ -89,7 +89,7 @@ class SamplerSpec:
         ``(gamma + 1, 2)`` of (accepted count, cycle ends at an accepted end-of-sequence),
         or a ``(gamma + 1,)`` law of the reported count. ``None`` (default): the sampler's
         own ``first_cycle_accepted_law`` method if it has one (as
-        :class:`specdec.cycles.RuleSampler` does), else token by token.
+        :class:`specdec.rules.RuleSampler` does), else token by token.
     """
 
     kind: str
@@ -371,7 +371,7 @@ def _registry_sampler(name: str):
         No rule of :mod:`specdec.rules` has that name (the message lists them).
     """
     from .. import rules
-    from ..cycles import RuleSampler
+    from ..rules import RuleSampler
 
     try:
         rule = rules.get_rule(name)
@@ -384,7 +384,7 @@ def load_sampler(target: str, what: str = "sampler"):
     """Import ``package.module:attribute`` (``attribute`` may be dotted), by :func:`pkgutil.resolve_name`.
 
     ``rule:NAME`` is the reference sampler of the library's rule ``NAME``
-    (:func:`specdec.rules.get_rule`, run by :class:`specdec.cycles.RuleSampler`), which
+    (:func:`specdec.rules.get_rule`, run by :class:`specdec.rules.RuleSampler`), which
     declares its own accepted-count law: ``python -m specdec.conformance rule:token_residual
     --cases rules_far_g3`` shows what a flaw of the registry looks like to the kit.
 

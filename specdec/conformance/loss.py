@@ -170,8 +170,8 @@ def measure_loss(sampler, *, kind: str | None = None, vectorised: bool | None = 
 
     Examples
     --------
-    >>> from specdec import cycles, lossy
-    >>> f = cycles.RuleSampler(lossy.Lossy("typical"))
+    >>> from specdec import lossy, rules
+    >>> f = rules.RuleSampler(lossy.Lossy("typical"))
     >>> r = measure_loss(f, cases=["block_g1"], trials=2_000, seed=1)
     >>> c = r.case("block_g1")
     >>> 0 < c.tv.low <= c.tv.estimate <= c.tv.high and c.kl.low <= c.kl.high

@@ -102,7 +102,7 @@ RULE = (
 CONTROLS = {
     "original_q": "the ratio uses the unconditional draft probability q(x_j) instead of the "
                   "conditional one (the division by 1 - cumulative_sum in Model.sample "
-                  "removed): the question of SafeAILab/EAGLE#74, specdec.flaws.ORIGINAL_Q's "
+                  "removed): the question of SafeAILab/EAGLE#74, specdec.multidraft.ORIGINAL_Q's "
                   "ratio",
 }
 
@@ -232,7 +232,7 @@ class EagleTreeSampler:
     ----------
     top_widths : tuple of int
         Children per node at the top of the tree, filled with 1 to depth ``gamma``
-        (as :class:`specdec.cycles.RuleSampler`): ``(2,)`` drafts two candidates for the
+        (as :class:`specdec.rules.RuleSampler`): ``(2,)`` drafts two candidates for the
         first token and a chain below each.
     temperature : float
         Temperature of EAGLE's logits processor (``prepare_logits_processor``); the adapter
@@ -248,7 +248,7 @@ class EagleTreeSampler:
     """
 
     def __init__(self, top_widths=(2,), temperature: float = 1.0, control: str | None = None):
-        from specdec.cycles import RuleSampler
+        from specdec.rules import RuleSampler
         from specdec.multidraft import RecursiveRejection
 
         if not temperature > 0:
@@ -379,8 +379,8 @@ def predicted_tv(case, temperature: float, top_widths=(2,)) -> float:
     ----------
     .. [1] W. Jeon et al., arXiv:2402.14160, 2024 (recursive rejection without replacement).
     """
-    from specdec import cycles
-    from specdec.block import law_tv
+    from specdec import cycles, rules
+    from specdec.laws import law_tv
     from specdec.models import sequence_law
     from specdec.multidraft import RecursiveRejection
 
@@ -390,7 +390,7 @@ def predicted_tv(case, temperature: float, top_widths=(2,)) -> float:
         raise ValueError(f"case: {case.name!r} has an end-of-sequence token; predicted_tv "
                          f"takes cases without one")
     rule = RecursiveRejection("without")
-    widths = tuple(cycles.RuleSampler(rule, top_widths=tuple(top_widths)).shape(case.gamma))
+    widths = tuple(rules.RuleSampler(rule, top_widths=tuple(top_widths)).shape(case.gamma))
     depth = len(widths)
 
     def raw(law):

@@ -238,7 +238,7 @@ def exact_tv(case, temperature: float = 1.0, epsilon: float = 0.09, alpha: float
     is already in the laws the adapter feeds).
     """
     from specdec import lossy
-    from specdec.block import law_tv
+    from specdec.laws import law_tv
     from specdec.models import sequence_law
 
     rule = lossy.Lossy("typical", {"epsilon": epsilon, "delta": alpha})
