@@ -31,17 +31,15 @@ equals the draft token) emits the same text with and without the draft:
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-import httpx
 import numpy as np
 from scipy import stats as sps
 
 from .. import stats
-from .stream import ClientError, Endpoint, plain_sampling, run_async
+from .stream import ClientError, Endpoint, plain_sampling, post_all
 
 __all__ = ["first_tokens", "LawCheck", "first_tokens_law_test", "TwoSample", "two_sample",
            "same_seed_identity", "pad_law"]
@@ -69,30 +67,16 @@ def first_tokens(endpoint: Endpoint, prompt: str, n: int, *, k: int = 2,
         raise ValueError(f"generate: must be an integer >= k (got {generate!r})")
     base = {"prompt": prompt, "n_predict": generate, "return_tokens": True, "stream": False,
             "cache_prompt": True, **plain_sampling(temperature), **dict(extra or {})}
-    url = endpoint.url + "/completion"
     out = np.full((n, k), pad, dtype=np.int64)
 
-    async def main():
-        sem = asyncio.Semaphore(concurrency)
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
-        async with httpx.AsyncClient(limits=limits, trust_env=False,
-                                     timeout=endpoint.timeout) as client:
-            async def one(i):
-                where = f"request {i} (seed {seed + i}) to {url}"
-                async with sem:
-                    try:
-                        resp = await client.post(url, json={**base, "seed": seed + i})
-                    except httpx.HTTPError as err:
-                        raise ClientError(f"{where}: {type(err).__name__}: {err}") from None
-                if resp.status_code != 200:
-                    raise ClientError(f"{where}: HTTP {resp.status_code}: {resp.text[:200]}")
-                tokens = resp.json().get("tokens")
-                if not isinstance(tokens, list):
-                    raise ClientError(f"{where}: no 'tokens' in the answer (not llama.cpp?)")
-                out[i, :len(tokens[:k])] = tokens[:k]
-            await asyncio.gather(*(one(i) for i in range(n)))
-
-    run_async(main)
+    answers = post_all(endpoint, "/completion", [{**base, "seed": seed + i} for i in range(n)],
+                       concurrency=concurrency, seeds=[seed + i for i in range(n)])
+    for i, answer in enumerate(answers):
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise ClientError(f"request {i} (seed {seed + i}) to {endpoint.url}/completion: no "
+                              f"'tokens' in the answer (not llama.cpp?)")
+        out[i, :len(tokens[:k])] = tokens[:k]
     return out
 
 

@@ -30,12 +30,12 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import httpx
 
 __all__ = ["ClientError", "Endpoint", "RequestSpec", "RequestRecord", "sse_data",
-           "plain_sampling", "stream_request", "run_async"]
+           "plain_sampling", "stream_request", "run_async", "post_all"]
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -425,3 +425,62 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
                          chunk_tokens=tuple(cumulative) if known else None,
                          timings=dict(timings), finish_reason=finish or "",
                          language=spec.language)
+
+
+def post_all(endpoint: "Endpoint", path: str, bodies: Sequence[dict], *, concurrency: int,
+             seeds: Sequence[int]) -> list[dict]:
+    """POST every JSON body to ``endpoint.url + path``, ``concurrency`` at a time; the answers in order.
+
+    The non-streaming requests of the exactness checks (seeded, one answer each). No
+    connection is kept alive between requests (a server's slot is then free for the next
+    seed at once).
+
+    Parameters
+    ----------
+    endpoint : Endpoint
+    path : str
+        E.g. ``"/completion"`` (llama.cpp's native endpoint) or ``"/v1/completions"``.
+    bodies : sequence of dict
+        The request bodies.
+    concurrency : int
+        Requests in flight at once (>= 1).
+    seeds : sequence of int
+        The seed of each body, for the messages only.
+
+    Returns
+    -------
+    list of dict
+        The decoded JSON answers, in the order of ``bodies``.
+
+    Raises
+    ------
+    ClientError
+        A request that failed, answered with an HTTP error or with something that is not
+        JSON; the message names the request, its seed and the URL.
+    """
+    url = endpoint.url + path
+    out: list = [None] * len(bodies)
+
+    async def main():
+        sem = asyncio.Semaphore(concurrency)
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
+        async with httpx.AsyncClient(limits=limits, trust_env=False,
+                                     timeout=endpoint.timeout) as client:
+            async def one(i):
+                where = f"request {i} (seed {seeds[i]}) to {url}"
+                async with sem:
+                    try:
+                        resp = await client.post(url, json=bodies[i])
+                    except httpx.HTTPError as err:
+                        raise ClientError(f"{where}: {type(err).__name__}: {err}") from None
+                if resp.status_code != 200:
+                    raise ClientError(f"{where}: HTTP {resp.status_code}: {resp.text[:200]}")
+                try:
+                    out[i] = resp.json()
+                except ValueError:
+                    raise ClientError(f"{where}: the answer is not JSON: "
+                                      f"{resp.text[:200]!r}") from None
+            await asyncio.gather(*(one(i) for i in range(len(bodies))))
+
+    run_async(main)
+    return out

@@ -19,16 +19,14 @@ The assumption-free cross-check on the first tokens of each response is
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-import httpx
 import numpy as np
 
-from .stream import ClientError, Endpoint, plain_sampling, run_async
+from .stream import ClientError, Endpoint, plain_sampling, post_all
 
 __all__ = ["Response", "native_responses", "reported_responses", "model_pertoken_check",
            "reported_pertoken_check", "engine_disagreement", "served_pertoken_check",
@@ -61,36 +59,6 @@ class Response:
     tokens: tuple
     stopped: bool
     top: tuple | None = None
-
-
-def _post_all(endpoint: Endpoint, path: str, bodies: Sequence[dict], concurrency: int,
-              seeds: Sequence[int]) -> list[dict]:
-    url = endpoint.url + path
-    out: list = [None] * len(bodies)
-
-    async def main():
-        sem = asyncio.Semaphore(concurrency)
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
-        async with httpx.AsyncClient(limits=limits, trust_env=False,
-                                     timeout=endpoint.timeout) as client:
-            async def one(i):
-                where = f"request {i} (seed {seeds[i]}) to {url}"
-                async with sem:
-                    try:
-                        resp = await client.post(url, json=bodies[i])
-                    except httpx.HTTPError as err:
-                        raise ClientError(f"{where}: {type(err).__name__}: {err}") from None
-                if resp.status_code != 200:
-                    raise ClientError(f"{where}: HTTP {resp.status_code}: {resp.text[:200]}")
-                try:
-                    out[i] = resp.json()
-                except ValueError:
-                    raise ClientError(f"{where}: the answer is not JSON: "
-                                      f"{resp.text[:200]!r}") from None
-            await asyncio.gather(*(one(i) for i in range(len(bodies))))
-
-    run_async(main)
-    return out
 
 
 def _check_request_args(prompts, requests, max_tokens, temperature, seed):
@@ -153,7 +121,7 @@ def native_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int, 
                        **plain_sampling(temperature), **dict(extra or {}),
                        "seed": seed + k})
     out = []
-    for k, data in enumerate(_post_all(endpoint, "/completion", bodies, concurrency, seeds)):
+    for k, data in enumerate(post_all(endpoint, "/completion", bodies, concurrency=concurrency, seeds=seeds)):
         tokens = data.get("tokens")
         if not isinstance(tokens, list):
             raise ClientError(f"request {k} (seed {seeds[k]}) to {endpoint.url}/completion: "
@@ -269,7 +237,7 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
         seeds.append(seed + k)
         bodies.append(body)
     out = []
-    for k, data in enumerate(_post_all(endpoint, endpoint.path, bodies, concurrency, seeds)):
+    for k, data in enumerate(post_all(endpoint, endpoint.path, bodies, concurrency=concurrency, seeds=seeds)):
         where = f"request {k} (seed {seeds[k]}) to {endpoint.url}{endpoint.path}"
         choices = data.get("choices") or []
         if not choices:
@@ -512,8 +480,9 @@ def engine_disagreement(endpoint: Endpoint, prompts: Sequence[str], model, setti
                **extra, "seed": seed + k} for k in range(requests)]
     tvs, worst = [], 0.0
     with limit_blas_threads(1):
-        for body, data in zip(bodies, _post_all(endpoint, "/completion", bodies, concurrency,
-                                                [b["seed"] for b in bodies])):
+        for body, data in zip(bodies, post_all(endpoint, "/completion", bodies,
+                                               concurrency=concurrency,
+                                               seeds=[b["seed"] for b in bodies])):
             tokens = data.get("tokens") or []
             entries = data.get("completion_probabilities") or []
             at = _reported_at(tokens)
