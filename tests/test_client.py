@@ -480,3 +480,35 @@ def test_cli_exactness_model_against_a_scripted_llama_cpp(tmp_path, capsys, book
                                        settings=dec.SamplingSettings(temperature=1.0))
     assert not bad.passed and bad.adjusted["target"] < 1e-6
     assert bad.extra["seconds"] > 0 and bad.extra["settings"]["temperature"] == 1.0
+
+
+def test_cli_exactness_without_a_verdict_when_the_server_dies(tmp_path, capsys):
+    """A request that fails is not a failed check: exit 3, the failure in the results file."""
+    import threading
+    import time
+
+    law = _chain()
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"xx": ["one", "two"]}))
+    out = tmp_path / "r.json"
+    script = Script(law=law, logprobs_format="openai", stop=5)
+    server = ScriptedServer(script)
+
+    def kill():                    # the server goes away as the 5th request arrives
+        deadline = time.monotonic() + 30
+        while len(script.bodies) < 5 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        server.httpd.shutdown()
+        server.httpd.server_close()
+
+    with server as url:
+        threading.Thread(target=kill, daemon=True).start()
+        status = cli(["--endpoint", url, "--prompts", str(prompts), "--exactness", "reported",
+                      "--temperature", "1", "--requests", "200", "--max-tokens", "20",
+                      "--timeout", "5", "--out", str(out)])
+    assert status == 3
+    err = capsys.readouterr().err
+    assert "no verdict" in err and str(out) in err
+    saved = json.loads(out.read_text())
+    assert "exactness" not in saved and saved["failure"]["during"] == "exactness requests"
+    assert saved["failure"]["error"]

@@ -619,3 +619,13 @@ def test_chain_rules_define_path_outcomes_only():
         law = cycles.path_accepted_law(path, rule.path_outcomes)
         assert len(law) == len(path.tokens) + 1
         assert math.isclose(float(sum(law)), 1.0, abs_tol=1e-12), rule
+
+
+def test_command_line_runs_a_registry_rule_on_its_rule_case_by_default(capsys):
+    # token_residual moves no default block case's law by more than 0.008 (TV), and the rule
+    # case's by 0.051: by default a registry rule runs the rule case too, and fails there
+    assert conformance.main(["rule:token_residual", "--trials", "20000", "--seed", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "| rules_far_g3 |" in out and "| block_g1 |" in out
+    assert conformance.main(["rule:m_plus_r", "--trials", "10"]) == 2
+    assert "'rule:m_plus_r' is an error in the formula" in capsys.readouterr().err

@@ -23,8 +23,12 @@ reported probability; sample at ``--temperature 1`` (servers report the raw law)
 for the book's own llama-server (``python tools/engine.py serve``); the numerical
 disagreement between numpy and the engine is measured on ``--baseline`` (a plain server of
 the same target) unless ``--tolerance`` is given. Prints the verdict, the p-values, the
-tokens tested and the detectable per-token TV at power 0.9; exit status 0 pass, 1 fail
-(or a request failed, or the server returned no usable log-probabilities), 2 usage.
+tokens tested and the detectable per-token TV at power 0.9 for errors that move mass along
+the orderings (toward the draft; a temperature or truncation mismatch): an error of another
+shape, such as another model's law, can go unseen (the first-tokens law test of
+:mod:`specdec.client.exactness` is the assumption-free cross-check). Exit status 0 pass, 1
+fail (or the server returned no usable log-probabilities), 2 usage, 3 a request failed or
+Ctrl-C stopped the run (no verdict; the results file records the failure).
 """
 
 from __future__ import annotations
@@ -319,16 +323,26 @@ def _exactness(args, argv) -> int:
             settings=settings, laws=args.exactness, target=models[0], draft=models[1],
             seed=args.seed, false_alarm=args.false_alarm, tolerance=tolerance,
             top_logprobs=args.top_logprobs, post_sampling_probs=args.post_sampling_probs)
-    except (ClientError, ValueError) as err:
+    except (tc.NoLogprobs, ValueError) as err:   # nothing to test: no usable laws
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except (ClientError, KeyboardInterrupt) as err:   # a request failed, or Ctrl-C: no verdict
+        error = str(err) or "interrupted (KeyboardInterrupt)"
+        result["failure"] = failure_record(None, error, time.perf_counter(),
+                                           during="exactness requests")
+        args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
+        print(f"error: {error}\nno verdict; results so far: {args.out} (the failure "
+              f"recorded under 'failure')", file=sys.stderr)
+        return INCOMPLETE
     result["exactness"] = check.to_dict()
     verdict = "pass" if check.passed else "FAIL"
     pvals = ", ".join(f"{k} {v:.2e}" for k, v in check.adjusted.items())
     print(f"per-token exactness: {verdict} ({check.tokens} tokens in {check.requests} "
           f"requests; Holm-adjusted p-values {pvals}; false alarm {check.false_alarm:g}; "
-          f"detectable per-token TV {check.detectable_tv:.4f} at power {check.power:g}; "
-          f"{check.extra['seconds']:.1f} s)")
+          f"detectable per-token TV {check.detectable_tv:.4f} at power {check.power:g}, for an "
+          f"error that moves mass along the orderings ({', '.join(check.adjusted)}): toward "
+          f"the draft, or a temperature or truncation mismatch; an error of another shape, "
+          f"such as another model's law, can go unseen; {check.extra['seconds']:.1f} s)")
     if check.message:
         print(check.message)
     args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")

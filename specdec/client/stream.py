@@ -471,6 +471,9 @@ def post_all(endpoint: "Endpoint", path: str, bodies: Sequence[dict], *, concurr
                 async with sem:
                     try:
                         resp = await client.post(url, json=bodies[i])
+                    except httpx.TimeoutException as err:
+                        raise ClientError(f"{where}: {type(err).__name__}: no answer within "
+                                          f"{endpoint.timeout:g} s") from None
                     except httpx.HTTPError as err:
                         raise ClientError(f"{where}: {type(err).__name__}: {err}") from None
                 if resp.status_code != 200:

@@ -15,7 +15,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from .cases import batch_cases, block_cases, rule_cases, token_cases
+from .cases import (BLOCK_CASE_NAMES, RULE_CASE_NAMES, batch_cases, block_cases, rule_cases,
+                    token_cases)
 from .conventions import (ACCEPTED_LAWS, AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED,
                           OWN, TOKEN, check_accepted_law, describe_sampler, load_sampler)
 from .loss import measure_loss
@@ -84,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_arguments(args)
         sampler = load_sampler(args.sampler)
         cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
+        if cases is None and args.sampler.startswith("rule:"):
+            # a registry rule: the block cases and the rule case, where its flaws show
+            cases = list(BLOCK_CASE_NAMES + RULE_CASE_NAMES)
         if args.measure:
             report = measure_loss(sampler, kind=args.kind, vectorised=args.vectorised,
                                   inputs=args.inputs, cases=cases, seed=args.seed, trials=args.trials)

@@ -363,12 +363,15 @@ def describe_sampler(sampler, *, kind: str | None = None, vectorised: bool | Non
 def _registry_sampler(name: str):
     """The reference sampler of the library's rule called ``name`` (``rule:NAME`` on the command line).
 
-    A tree rule drafts two children at the top of its tree (``top_widths=(2,)``).
+    A tree rule drafts two children at the top of its tree (``top_widths=(2,)``). The command
+    line runs it on the block cases and the rule case ``rules_far_g3`` (where the flaws of
+    the rules beyond token-by-token show) unless ``--cases`` says otherwise.
 
     Raises
     ------
     ValueError
-        No rule of :mod:`specdec.rules` has that name (the message lists them).
+        No rule of :mod:`specdec.rules` has that name (the message lists them), or the rule
+        has no procedure to sample (an error in a formula, such as ``m_plus_r``).
     """
     from .. import rules
     from ..rules import RuleSampler
@@ -377,6 +380,9 @@ def _registry_sampler(name: str):
         rule = rules.get_rule(name)
     except ValueError as exc:
         raise ValueError(f"sampler: 'rule:{name}': {str(exc).removeprefix('rule: ')}") from None
+    if not getattr(rule, "proposes", True):
+        raise ValueError(f"sampler: 'rule:{name}' is an error in the formula of one step's law, "
+                         "not a procedure that drafts and verifies: it has no block sampler")
     return RuleSampler(rule, top_widths=(2,) if rule.tree else None)
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from .conventions import BATCH, BLOCK, TOKEN
-from .report import CaseResult
+from .report import CaseResult, format_pvalue
 
-__all__ = ["impossible_message", "LAW_CAUSES", "BLOCK_LAW_CAUSE", "BATCH_LAW_CAUSE", "diagnose",
-           "format_p"]
+__all__ = ["impossible_message", "LAW_CAUSES", "BLOCK_LAW_CAUSE", "BATCH_LAW_CAUSE", "diagnose"]
 
 
 def impossible_message(counts: np.ndarray, law: np.ndarray, what: str) -> list[str]:
@@ -80,8 +79,8 @@ def diagnose(res: CaseResult, kind: str) -> tuple[str, ...]:
                              if kind == BATCH else
                              "the accept test, the recovery or the processing of the laws is wrong")
         out.append(f"Exactness: the law check failed ({law.method}, chi-square "
-                   f"{law.statistic:.1f} on {law.dof} dof, Holm-adjusted p = "
-                   f"{format_p(law.adjusted_pvalue)}; TV found {law.tv:.4f} "
+                   f"{law.statistic:.1f} on {law.dof} dof, Holm-adjusted p "
+                   f"{_p_clause(law.adjusted_pvalue)}; TV found {law.tv:.4f} "
                    f"[{law.tv_low:.4f}, {law.tv_high:.4f}]). Likely cause: {why}.")
     for v in res.accounting_violations:
         if kind == TOKEN:
@@ -104,10 +103,12 @@ def diagnose(res: CaseResult, kind: str) -> tuple[str, ...]:
                    "are not drawn from q (declare proposals='own'), or an accepted "
                    "end-of-sequence is counted inconsistently (declare accepted_eos=)")
         out.append(f"Accounting: {acc.method} failed (chi-square {acc.statistic:.1f} on "
-                   f"{acc.dof} dof, Holm-adjusted p = {format_p(acc.adjusted_pvalue)}). Likely "
+                   f"{acc.dof} dof, Holm-adjusted p {_p_clause(acc.adjusted_pvalue)}). Likely "
                    f"cause: {why}.")
     return tuple(out)
 
 
-def format_p(x: float) -> str:
-    return f"{x:.2g}" if x >= 1e-3 else f"{x:.1e}"
+def _p_clause(p: float) -> str:
+    """``= 0.031`` or ``< 10⁻³⁰⁰``: a p-value after its symbol, in the report's format."""
+    text = format_pvalue(p)
+    return text if text.startswith("<") else f"= {text}"

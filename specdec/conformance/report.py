@@ -9,7 +9,7 @@ import numpy as np
 
 from .conventions import TOKEN, SamplerSpec
 
-__all__ = ["Check", "CycleAccounting", "CaseResult", "Report"]
+__all__ = ["Check", "CycleAccounting", "CaseResult", "Report", "format_pvalue"]
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class CaseResult:
         return min([c.trials_needed for c in self.checks] + [self.violation_trials_needed])
 
 
-def _fmt_p(x: float) -> str:
+def format_pvalue(x: float) -> str:
     """A p-value: 2 significant digits, below 0.001 as ``3.2 × 10⁻⁵`` (:func:`_fmt_level`),
     ``< 10⁻³⁰⁰`` when it underflows to 0 (a p-value is never exactly 0; a Holm-adjusted
     p-value is capped at 1)."""
@@ -378,7 +378,7 @@ class Report:
             lines.append(
                 f"| {c.name} | {c.trials:,} | {c.law.bins} bin{'s' if c.law.bins > 1 else ''}"
                 f"{' (pooled)' if c.law.pooled_cells else ''}"
-                f"{' + accounting' if c.accounting is not None else ''} | {_fmt_p(padj)} | "
+                f"{' + accounting' if c.accounting is not None else ''} | {format_pvalue(padj)} | "
                 f"{c.law.tv:.4f} [{c.law.tv_low:.4f}, {c.law.tv_high:.4f}] | "
                 f"{_fmt_tv(c.law.tv_detectable)} | {yes[c.exact]} | "
                 f"{yes[c.accounting_ok] if reported else '-'}"
