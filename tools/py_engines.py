@@ -263,10 +263,12 @@ def ensure(name: str, *, check: bool = False) -> Path:
 
 
 def environ() -> dict[str, str]:
-    """Environment variables for running this checkout's ``specdec`` in an engine's interpreter."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    return env
+    """Environment variables for running this checkout's ``specdec`` in an engine's interpreter
+    (the same as for a transformers release: :func:`hf_envs.environ`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hf_envs
+
+    return hf_envs.environ()
 
 
 def main(argv: list[str] | None = None) -> int:
