@@ -31,7 +31,8 @@ import numpy as np
 class Script:
     """Per request: ``delays[k]`` seconds before event k, ``texts[k]`` its text and
     ``tokens[k]`` the tokens it carries; ``mode`` one of ``ok``, ``http500``, ``json``,
-    ``malformed``, ``nousage``."""
+    ``malformed``, ``nousage``, ``drop`` (the connection closed with no answer, as a server
+    that stops mid-request)."""
 
     delays: tuple = (0.05, 0.02, 0.02)
     texts: tuple = ("ab", "c", "d")
@@ -84,6 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
         chat = self.path == "/v1/chat/completions"
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": "not found"})
+            return
+        if script.mode == "drop":
+            self.close_connection = True
             return
         if script.mode == "http500":
             self._json(500, {"error": {"message": "scripted failure"}})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 
 import numpy as np
@@ -176,7 +177,8 @@ def test_prompt_lengths_in_server_tokens():
 
 @pytest.mark.parametrize("mode, match", [
     ("http500", "HTTP 500"), ("json", "not a streaming answer"),
-    ("malformed", "malformed event"), ("nousage", "no token count")])
+    ("malformed", "malformed event"), ("nousage", "no token count"),
+    ("drop", r"connection lost \(RemoteProtocolError: Server disconnected")])
 def test_failures_name_the_request(mode, match):
     with ScriptedServer(Script(mode=mode)) as url:
         with pytest.raises(cl.ClientError, match=rf"request 'es-3' to {url}.*{match}"):
@@ -276,7 +278,7 @@ def test_a_failed_run_keeps_the_requests_measured_before_it():
     server = ScriptedServer(Script(delays=(0.01, 0.01), texts=("a", "b"), tokens=(1, 1)))
     specs = [cl.RequestSpec(f"en-{k}", "hello", 2, seed=k) for k in range(6)]
     with server as url:
-        with pytest.raises(cl.RunFailed, match=r"request 'en-3' .*connection failed") as info:
+        with pytest.raises(cl.RunFailed, match=r"request 'en-3' .*connection (failed|lost)") as info:
             cl.closed_loop(cl.Endpoint(url, timeout=5), specs, 1, progress=_kill_after(server, 3),
                            setting="spec")
     err = info.value
@@ -284,7 +286,7 @@ def test_a_failed_run_keeps_the_requests_measured_before_it():
     assert [r.id for r in err.partial.records] == ["en-0", "en-1", "en-2"]
     assert all(r.completion_tokens == 2 for r in err.partial.records)
     f = err.failure
-    assert f["request"] == "en-3" and "connection failed" in f["error"]
+    assert f["request"] == "en-3" and re.search("connection (failed|lost)", f["error"])
     assert f["setting"] == "spec" and f["load"] == {"kind": "closed", "concurrency": 1}
     assert f["clock"] >= err.partial.records[-1].end and 0 < f["after"] == err.partial.wall
     assert f["time_utc"].endswith("+00:00")
@@ -347,7 +349,8 @@ def test_cli_writes_the_results_so_far_when_the_server_dies(tmp_path, capsys):
     assert measured == [f"en-{k}" for k in range(len(measured))]      # in order, none lost
     f = data["failure"]
     assert f["request"] == f"en-{len(measured)}" and f["request"] in err
-    assert "connection failed" in f["error"] and f["load"]["concurrency"] == 1
+    # refused (the port closed) or dropped (accepted into the backlog, then closed): a race
+    assert re.search("connection (failed|lost)", f["error"]) and f["load"]["concurrency"] == 1
     assert f"results so far: {out} ({len(measured)} requests measured" in err
 
 
@@ -355,7 +358,7 @@ def test_a_failed_open_loop_keeps_the_requests_measured_before_it():
     server = ScriptedServer(Script(delays=(0.01, 0.01), texts=("a", "b"), tokens=(1, 1)))
     specs = [cl.RequestSpec(f"es-{k}", "hola", 2, seed=k) for k in range(12)]
     with server as url:
-        with pytest.raises(cl.RunFailed, match="connection failed") as info:
+        with pytest.raises(cl.RunFailed, match="connection (failed|lost)") as info:
             cl.open_loop(cl.Endpoint(url, timeout=5), specs, 20.0, rng=4,
                          progress=_kill_after(server, 3))
     done = [r.id for r in info.value.partial.records]

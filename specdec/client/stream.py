@@ -410,6 +410,8 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
     except httpx.TimeoutException as err:
         raise ClientError(f"{where}: timed out after {endpoint.timeout:g} s "
                           f"({type(err).__name__})") from None
+    except (httpx.NetworkError, httpx.RemoteProtocolError) as err:
+        raise ClientError(f"{where}: {_lost(err)}") from None
     except httpx.HTTPError as err:
         raise ClientError(f"{where}: {type(err).__name__}: {err}") from None
     tokens = usage.get("completion_tokens", timings.get("predicted_n"))
@@ -425,6 +427,14 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
                          chunk_tokens=tuple(cumulative) if known else None,
                          timings=dict(timings), finish_reason=finish or "",
                          language=spec.language)
+
+
+def _lost(err: Exception) -> str:
+    """The message for a connection the server dropped after accepting it (it stopped or
+    crashed mid-request; a refused connection is ``ConnectError``, reported apart)."""
+    detail = f": {err}" if str(err) else ""
+    return (f"connection lost ({type(err).__name__}{detail}); the server closed it during "
+            f"the request (did it stop or crash?)")
 
 
 def post_all(endpoint: "Endpoint", path: str, bodies: Sequence[dict], *, concurrency: int,
@@ -474,6 +484,11 @@ def post_all(endpoint: "Endpoint", path: str, bodies: Sequence[dict], *, concurr
                     except httpx.TimeoutException as err:
                         raise ClientError(f"{where}: {type(err).__name__}: no answer within "
                                           f"{endpoint.timeout:g} s") from None
+                    except httpx.ConnectError as err:
+                        raise ClientError(f"{where}: connection failed ({err}); is a server "
+                                          f"listening there?") from None
+                    except (httpx.NetworkError, httpx.RemoteProtocolError) as err:
+                        raise ClientError(f"{where}: {_lost(err)}") from None
                     except httpx.HTTPError as err:
                         raise ClientError(f"{where}: {type(err).__name__}: {err}") from None
                 if resp.status_code != 200:
