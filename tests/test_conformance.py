@@ -11,6 +11,7 @@ outcome is the expected one.
 from __future__ import annotations
 
 import math
+import time
 import subprocess
 import sys
 
@@ -658,6 +659,32 @@ def test_vectorised_block_sampler_emitting_past_eos_fails():
     # the same engine stopping at end-of-sequence passes
     assert C.run_battery(G.library_generation, seed=SEED, trials=2_000,
                          cases=["block_eos_g3"]).passed
+
+
+def test_a_deterministic_violation_ends_the_case_at_its_screen():
+    # the default plan for this sampler is millions of decodes; the violation shows in the
+    # first few dozen, so the case stops after its screen and says what was planned
+    t0 = time.perf_counter()
+    r = C.run_battery(G.past_eos_generation, seed=SEED, cases=["block_eos_g3"])
+    c = r.cases[0]
+    assert not r.passed and c.planned_trials is not None and c.planned_trials > 100_000
+    assert c.trials == C.runner.SCREEN_TRIALS and time.perf_counter() - t0 < 60
+    assert "stopped early: a violation" in r.to_markdown()
+    assert r.to_dict()["cases"][0]["planned_trials"] == c.planned_trials
+    # an exact sampler runs its planned trials, with the result it has without the screen
+    from specdec.conformance.checks import run_case
+    from specdec.conformance.conventions import describe_sampler
+
+    ok = C.run_battery(G.library_generation, seed=SEED, trials=2_000, cases=["block_eos_g3"])
+    assert ok.passed and ok.cases[0].planned_trials is None and ok.cases[0].trials == 2_000
+    case = next(x for x in C.block_cases() if x.name == "block_eos_g3")
+    alone = run_case(G.library_generation, case, spec=describe_sampler(G.library_generation),
+                     seed=SEED, trials=2_000)[0]
+    import dataclasses
+
+    # the battery fills in the family's adjusted p-value and the detectable TV afterwards
+    filled = {k: getattr(ok.cases[0].law, k) for k in ("tv_detectable", "adjusted_pvalue")}
+    assert dataclasses.replace(alone.law, **filled) == ok.cases[0].law and alone.violations == ()
 
 
 def test_trials_needed_accounts_for_deterministic_violations():

@@ -104,6 +104,13 @@ class CycleAccounting:
     exact_accepted: float
 
 
+def _trials_cell(c) -> str:
+    """A case's trials as the report's table shows them (and the plan, if it stopped early)."""
+    if c.planned_trials is None:
+        return f"{c.trials:,}"
+    return f"{c.trials:,} (stopped early: a violation; {c.planned_trials:,} planned)"
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """The outcome of one case, with three separate verdicts.
@@ -145,6 +152,11 @@ class CaseResult:
     violation_trials_needed : float
         Trials at which a deterministic violation shows with the report's power, from
         the fraction of trials that showed one (``inf`` when none did).
+    planned_trials : int or None
+        The trials planned, when the case stopped early after ``trials`` of them: its
+        screen (the first tenth, at most :data:`specdec.conformance.runner.SCREEN_TRIALS`)
+        showed a deterministic violation, which an exact sampler never produces, so
+        stopping leaves the false-alarm probability unchanged. None otherwise.
     passed : bool
     seconds : float
         Wall time (not part of equality: reports from the same seed compare equal).
@@ -169,6 +181,7 @@ class CaseResult:
     violating_trials: int = 0
     violation_trials_needed: float = float("inf")
     sampler_seconds: float = field(default=0.0, compare=False)
+    planned_trials: int | None = None
 
     @property
     def checks(self) -> tuple[Check, ...]:
@@ -370,13 +383,13 @@ class Report:
         ]
         for c in self.cases:
             if c.law is None:
-                lines.append(f"| {c.name} | {c.trials:,} | not run | - | - | - | FAIL | - | {c.verdict} |")
+                lines.append(f"| {c.name} | {_trials_cell(c)} | not run | - | - | - | FAIL | - | {c.verdict} |")
                 continue
             padj = min((k.adjusted_pvalue for k in c.checks if k.dof > 0), default=float("nan"))
             reported = c.accounting is not None or c.accounting_violations or (
                 c.cycles is not None and c.cycles.acceptance is not None)
             lines.append(
-                f"| {c.name} | {c.trials:,} | {c.law.bins} bin{'s' if c.law.bins > 1 else ''}"
+                f"| {c.name} | {_trials_cell(c)} | {c.law.bins} bin{'s' if c.law.bins > 1 else ''}"
                 f"{' (pooled)' if c.law.pooled_cells else ''}"
                 f"{' + accounting' if c.accounting is not None else ''} | {format_pvalue(padj)} | "
                 f"{c.law.tv:.4f} [{c.law.tv_low:.4f}, {c.law.tv_high:.4f}] | "
@@ -421,7 +434,8 @@ class Report:
             "false_alarm": self.false_alarm, "n_tests": self.n_tests,
             "seconds": self.seconds,
             "cases": [{
-                "name": c.name, "trials": c.trials, "passed": c.passed, "exact": c.exact,
+                "name": c.name, "trials": c.trials, "planned_trials": c.planned_trials,
+                "passed": c.passed, "exact": c.exact,
                 "accounting_ok": c.accounting_ok,
                 "tv": num(c.law.tv) if c.law else None,
                 "tv_low": num(c.law.tv_low) if c.law else None,

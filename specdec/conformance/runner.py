@@ -34,6 +34,30 @@ def _check_probability(x, name: str, *, upper: float = 1.0, closed: bool = False
     return float(x)
 
 
+#: Most trials of a case's screen: the first tenth of its planned trials, at most this many,
+#: run before the rest (see :func:`_screened`).
+SCREEN_TRIALS = 200
+
+
+def _screened(sampler, case, spec, seed: int, trials: int, opts):
+    """Run one case, stopping early on a deterministic violation.
+
+    The first tenth of the planned trials (at most :data:`SCREEN_TRIALS`) run first, with
+    the case's own seed; if they show a deterministic violation (an outcome impossible
+    under the exact law, a token after end-of-sequence, a malformed output, an
+    exception), the case ends there and fails. An exact sampler never shows one, so the
+    early stop changes no false-alarm probability; otherwise the planned run follows,
+    from the same seed, and the case's result is the one it would have had without the
+    screen.
+    """
+    k = min(SCREEN_TRIALS, trials // 10)
+    if k >= 1:
+        first = run_case(sampler, case, spec=spec, seed=seed, trials=k, **opts)
+        if first[0].violations:
+            return (dataclasses.replace(first[0], planned_trials=int(trials)),) + tuple(first[1:])
+    return run_case(sampler, case, spec=spec, seed=seed, trials=trials, **opts)
+
+
 def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = None,
                 inputs: str | None = None, proposals: str | None = None,
                 accepted_eos: str | None = None, accepted_law=None, cases=None, seed: int = 0,
@@ -133,9 +157,8 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
                                      min_expected=min_expected, seed=seed)
         for c in missing:
             per_case[c.name] = the_plan.trials_by_case[c.name]
-    raw = [run_case(sampler, c, spec=spec, seed=seed, trials=per_case[c.name],
-                    min_expected=min_expected, max_bins=max_bins, confidence=confidence)
-           for c in case_list]
+    opts = dict(min_expected=min_expected, max_bins=max_bins, confidence=confidence)
+    raw = [_screened(sampler, c, spec, seed, per_case[c.name], opts) for c in case_list]
     conventions = []
     if spec.kind == TOKEN and any(r[2] is not None for r in raw):
         if spec.proposals == AUTO:
@@ -144,7 +167,6 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
                 conventions.append("proposals not drawn from q (detected in "
                                    + ", ".join(detected) + "): the accepted flags are checked by "
                                    "the identities that hold for every proposal law")
-                opts = dict(min_expected=min_expected, max_bins=max_bins, confidence=confidence)
                 raw = [_with_own_proposals(c, r, opts) for c, r in zip(case_list, raw)]
             else:
                 conventions.append("proposals drawn from q (no outcome says otherwise)")
