@@ -476,7 +476,8 @@ def test_cli_exactness_model_against_a_scripted_llama_cpp(tmp_path, capsys, book
                     "--out", str(out)]) == 0, capsys.readouterr()
         check = json.loads(out.read_text())["exactness"]
         assert check["tokens"] == 24 * 16 and set(check["adjusted"]) == {
-            "draft_over_target", "target"}
+            "draft_over_target", "target", "ks:draft_over_target", "ks:target"}
+        assert set(check["means"]) == {"draft_over_target", "target"}
     with ScriptedServer(Script(model=book_target, temperature=0.5)) as url:
         bad = tc.served_pertoken_check(cl.Endpoint(url), ["The cat sat on the"],
                                        requests=24, max_tokens=16, target=book_target,

@@ -195,7 +195,7 @@ def test_detectable_tv_formula_by_simulation():
     it, at every position, cuts at different places), the check fails with probability
     about 0.9; at half that delta, much less often."""
     n, false_alarm, reps, v = 3000, 1e-3, 200, 16
-    delta = pt.detectable_tv(n, false_alarm=false_alarm, orderings=2)
+    delta = pt.detectable_tv(n, false_alarm=false_alarm, orderings=4)   # 2 means, 2 KS
 
     def power(d, seed):
         hits = 0
@@ -237,7 +237,7 @@ def test_pertoken_test_result_and_errors():
     r = pt.pertoken_test({"a": u, "b": u}, tokens=5, requests=2)
     assert r.passed and r.positions == 10 and r.tokens == 5
     assert r.detectable_tv == pytest.approx(min(1.0, 2 * pt.detectable_tv(
-        10, false_alarm=1e-6, orderings=2)))
+        10, false_alarm=1e-6, orderings=4)))      # two orderings, a mean and a KS test each
     assert set(r.to_dict()) >= {"passed", "pvalue", "pvalues", "adjusted", "tokens",
                                 "detectable_tv", "tolerance"}
     bad = pt.pertoken_test({"a": u}, tokens=5, requests=1, impossible=1)
@@ -327,7 +327,25 @@ def test_stopped_responses_are_padded(toy_models):
     assert check.positions == 30 * 12 and check.tokens == sum(5 + k % 7 for k in range(30))
     assert check.passed
     assert check.detectable_tv == pytest.approx(min(1.0, pt.detectable_tv(
-        360, false_alarm=1e-6) * 360 / check.tokens))
+        360, false_alarm=1e-6, orderings=2) * 360 / check.tokens))   # mean and KS: 2 tests
     with pytest.raises(ValueError, match="more than max_tokens"):
         tc.model_pertoken_check(responses, target, None, settings=dec.SamplingSettings(),
                                 max_tokens=4, rng=np.random.default_rng(0))
+
+
+def test_ks_catches_a_departure_the_mean_cannot_see():
+    """Values symmetric about 1/2 but not uniform (U-shaped: mass moved from the middle
+    of the order to both ends, as an error that is monotone along no ordering does):
+    the mean stays at 1/2, the Kolmogorov-Smirnov test of the same family fails."""
+    rng = np.random.default_rng(12)
+    u = rng.beta(0.8, 0.8, size=20_000)
+    check = pt.pertoken_test({"target": u}, tokens=u.size, requests=1)
+    assert not check.passed and set(check.adjusted) == {"target", "ks:target"}
+    assert check.adjusted["target"] > 1e-3 and check.adjusted["ks:target"] < 1e-6
+    assert "Kolmogorov-Smirnov distance" in check.message
+    # the KS bound holds for every n: uniform values pass at any size
+    for n in (1, 7, 500):
+        assert pt.ks_pvalue(rng.random(n)) <= 1.0
+    assert pt.ks_pvalue(u, tolerance=0.5) == 1.0
+    with pytest.raises(ValueError, match="u: values must lie in"):
+        pt.ks_pvalue([1.5])

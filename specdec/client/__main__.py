@@ -24,8 +24,9 @@ for the book's own llama-server (``python tools/engine.py serve``); the numerica
 disagreement between numpy and the engine is measured on ``--baseline`` (a plain server of
 the same target) unless ``--tolerance`` is given. Prints the verdict, the p-values, the
 tokens tested and the detectable per-token TV at power 0.9 for errors that move mass along
-the orderings (toward the draft; a temperature or truncation mismatch): an error of another
-shape, such as another model's law, can go unseen (the first-tokens law test of
+the orderings (toward the draft; a temperature or truncation mismatch); a
+Kolmogorov-Smirnov test per ordering adds power against errors of other shapes, such as
+another model's law, with no stated resolution for them (the first-tokens law test of
 :mod:`specdec.client.exactness` is the assumption-free cross-check). Exit status 0 pass, 1
 fail (or the server returned no usable log-probabilities), 2 usage, 3 a request failed or
 Ctrl-C stopped the run (no verdict; the results file records the failure).
@@ -340,9 +341,10 @@ def _exactness(args, argv) -> int:
     print(f"per-token exactness: {verdict} ({check.tokens} tokens in {check.requests} "
           f"requests; Holm-adjusted p-values {pvals}; false alarm {check.false_alarm:g}; "
           f"detectable per-token TV {check.detectable_tv:.4f} at power {check.power:g}, for an "
-          f"error that moves mass along the orderings ({', '.join(check.adjusted)}): toward "
-          f"the draft, or a temperature or truncation mismatch; an error of another shape, "
-          f"such as another model's law, can go unseen; {check.extra['seconds']:.1f} s)")
+          f"error that moves mass along the orderings ({', '.join(check.means)}): toward "
+          f"the draft, or a temperature or truncation mismatch; the Kolmogorov-Smirnov "
+          f"tests add power against other shapes, such as another model's law, with no "
+          f"stated resolution; {check.extra['seconds']:.1f} s)")
     if check.message:
         print(check.message)
     args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
