@@ -1,0 +1,347 @@
+"""The conformance matrix: one row per implementation, version, interface and setting.
+
+Every engine adapter (:mod:`specdec.conformance.hf` and the modules of
+:mod:`specdec.conformance.adapters`) prints a JSON summary in its own shape; this module
+reads each into :class:`MatrixRow`, the one shape of a row of Appendix C's matrix, and runs
+the adapters' command lines, each in its engine's interpreter, a few at a time
+(:func:`run_jobs`). It imports no engine.
+
+A row's verdict is one of :data:`VERDICTS`. Its TV is the worst case's (the largest lower
+bound of the interval, so that a failing row shows the error it proved); its detectable TV
+is the largest over its cases of the smallest TV that case's test catches with power 0.9
+(for a pass, "no error larger than this was seen").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+__all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
+           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "hf_rows",
+           "unavailable_rows"]
+
+#: What a row can say: exact within its detectable TV, not exact, lossy by design (an
+#: approximate rule measured, not judged), the engine stopped, or not run here (why).
+VERDICTS = ("PASS", "FAIL", "LOSSY", "ABORTS", "NOT RUN")
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """One row of the conformance matrix.
+
+    Attributes
+    ----------
+    implementation, version, interface, setting : str
+    rule : str
+        The rule the implementation runs, as read from its code (one line).
+    verdict : str
+        One of :data:`VERDICTS`.
+    tv, tv_low, tv_high : float or None
+        The worst case's TV to the exact law, with its interval (``tv_low`` is 0 for an
+        exact implementation up to noise).
+    detectable_tv : float or None
+        At power 0.9, the largest over the row's cases.
+    trials : int or None
+        Trials of all its cases (steps, decodes, calls or tested tokens).
+    seconds : float or None
+        Time of the row's battery.
+    control : str
+        The control that must fail, and what it did ("-" if none).
+    note : str
+        The report draft, the cause of a failure, or why the row did not run.
+    """
+
+    implementation: str
+    version: str
+    interface: str
+    setting: str
+    rule: str
+    verdict: str
+    tv: float | None = None
+    tv_low: float | None = None
+    tv_high: float | None = None
+    detectable_tv: float | None = None
+    trials: int | None = None
+    seconds: float | None = None
+    control: str = "-"
+    note: str = ""
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict: must be one of {', '.join(VERDICTS)} "
+                             f"(got {self.verdict!r})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def end_to_end(self) -> bool:
+        """Whether the row drives a whole decoder (``generate``, a command line, HTTP)
+        rather than a verification function called in process."""
+        return any(w in self.interface for w in ("generate", "command line", "HTTP"))
+
+    @property
+    def resolution_wanted(self) -> float:
+        """The detectable TV a verdict should resolve: 0.01 in process, 0.03 end to end."""
+        return 0.03 if self.end_to_end else 0.01
+
+    def trials_for(self, resolution: float | None = None) -> int | None:
+        """Trials at which the row's detectable TV would reach ``resolution`` (default
+        :attr:`resolution_wanted`), scaling as one over the square root of the trials;
+        the row's own trials when it already does, None for a row without a detectable
+        TV."""
+        resolution = self.resolution_wanted if resolution is None else resolution
+        if self.detectable_tv is None or not self.trials:
+            return None
+        if self.detectable_tv <= resolution * 1.005:   # the kit's plan rounds up to it
+            return self.trials
+        return int(-(-self.trials * (self.detectable_tv / resolution) ** 2 // 1))
+
+
+def _case_interval(case: Mapping) -> tuple:
+    """(tv, low, high, detectable) of a case in either summary shape (``tv_interval`` or
+    ``tv_low``/``tv_high``)."""
+    if "tv_interval" in case:
+        low, high = (case["tv_interval"] or (None, None))
+    else:
+        low, high = case.get("tv_low"), case.get("tv_high")
+    return case.get("tv"), low, high, case.get("tv_detectable")
+
+
+def battery_row(battery: Mapping, **fields) -> MatrixRow:
+    """A row from one kit battery (``run_battery(...).to_dict()`` or an adapter's
+    ``_battery``): the verdict, the worst case's TV with its interval, the largest
+    detectable TV, the trials and seconds; ``fields`` give the rest of the row.
+
+    Raises
+    ------
+    ValueError
+        If ``battery`` has no ``passed`` or no ``cases`` (not a battery summary).
+    """
+    if "passed" not in battery or not battery.get("cases"):
+        raise ValueError(f"battery: not a kit battery summary (keys {sorted(battery)[:8]})")
+    cases = [_case_interval(c) for c in battery["cases"]]
+    known = [c for c in cases if c[0] is not None]
+    worst = max(known, key=lambda c: (c[1] or 0.0, c[0])) if known else (None,) * 4
+    causes = [x for c in battery["cases"] for x in c.get("causes", ())]
+    dets = [c[3] for c in cases if c[3] is not None]
+    note = fields.pop("note", "")
+    if not battery["passed"] and causes and not note:
+        note = causes[0]
+    return MatrixRow(verdict="PASS" if battery["passed"] else "FAIL",
+                     tv=worst[0], tv_low=worst[1], tv_high=worst[2],
+                     detectable_tv=max(dets) if dets else battery.get("max_detectable_tv"),
+                     trials=sum(int(c["trials"]) for c in battery["cases"]),
+                     seconds=battery.get("wall_seconds", battery.get("seconds")),
+                     note=note, **fields)
+
+
+def _control_text(controls: Mapping, failed_key: str = "passed") -> str:
+    parts = []
+    for name, rep in controls.items():
+        failed = not rep["passed"]
+        tvs = [_case_interval(c)[0] for c in rep["cases"] if _case_interval(c)[0] is not None]
+        size = f" (TV up to {max(tvs):.2f})" if tvs else ""
+        parts.append(f"{name}: {'FAIL, as it must' if failed else 'pass: the control missed'}"
+                     f"{size}")
+    return "; ".join(parts) or "-"
+
+
+def _rule_line(rule) -> str:
+    """A one-line rule from an adapter's ``rule`` (a list of step dicts or a dict)."""
+    if isinstance(rule, Mapping):
+        return "; ".join(f"{k}: {v}" for k, v in rule.items() if k != "source")
+    return "; ".join(f"{r['step']}: {r['rule']}" for r in rule)
+
+
+def vllm_rows(summary: Mapping, *, rule: str, report: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.vllm`'s summary: per setting the engine
+    as shipped, and the copy with its one defect fixed (with its control)."""
+    rows = []
+    for name, s in summary["settings"].items():
+        setting = ("draft probabilities" if s.get("draft_probs", name == "draft_probs")
+                   else "no draft probabilities") + (
+            "; per-row temperatures 0.3-2.0, top-k/top-p, greedy rows mixed, ragged drafts")
+        base = dict(implementation="vLLM V1 rejection sampler", version=summary["version"],
+                    interface="in-process batch call", rule=rule)
+        rows.append(battery_row(s["as_shipped"], setting=setting + "; as shipped",
+                                note=f"uninitialised per-token settings on CPU ({report})",
+                                **base))
+        if "fixed" in s:
+            rows.append(battery_row(s["fixed"], setting=setting + "; one function fixed",
+                                    control=_control_text(s["fixed"].get("controls", {})),
+                                    note="the rest of the rule, with the defect removed",
+                                    **base))
+    return rows
+
+
+def eagle_rows(summary: Mapping, *, rule: str, report: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.eagle`'s summary, one per temperature."""
+    rows = []
+    for name, s in summary["settings"].items():
+        temp = s["temperature"]
+        failed = not s["as_shipped"]["passed"]
+        rows.append(battery_row(
+            s["as_shipped"], implementation="EAGLE tree verification",
+            version=summary["version"], interface="function (evaluate_posterior), block cycle",
+            setting=f"temperature {temp:g}, tree widths "
+                    + "-".join(str(w) for w in summary["top_widths"]),
+            rule=rule, control=_control_text(s.get("controls", {})),
+            note=f"bonus token from the untempered target ({report})" if failed else ""))
+    return rows
+
+
+def medusa_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.medusa`'s summary (measurement mode)."""
+    rows = []
+    for c in summary["cases"]:
+        low, high = c["tv_interval"]
+        rows.append(MatrixRow(
+            implementation="Medusa typical acceptance", version=summary["version"],
+            interface="function (evaluate_posterior), measurement mode",
+            setting=f"temperature {summary['temperature']:g}, case {c['case']}", rule=rule,
+            verdict="LOSSY", tv=c["tv"], tv_low=low, tv_high=high, trials=c["trials"],
+            seconds=summary.get("seconds"),
+            note=f"lossy by design: the first token is the target's arg-max and the "
+                 f"candidates the heads' top-k, so it decodes one sequence at any "
+                 f"temperature (a sampled typical rule, the library's, has TV "
+                 f"{c['exact_typical']:.3f} on this case)"))
+    return rows
+
+
+def llama_speculative_rows(summary: Mapping, *, report: str,
+                           rule: str | None = None) -> list[MatrixRow]:
+    """The row of :mod:`specdec.conformance.adapters.llama_speculative`'s summary
+    (``rule``: one line for the rule; default, every step of the summary's)."""
+    s, ex = summary["setting"], summary["checks"]["exactness"]
+    control = summary["checks"].get("control_temperature")
+    rule_tv = ex.get("extra", {}).get("rule_vs_target_tv")
+    return [MatrixRow(
+        implementation="llama.cpp llama-speculative",
+        version=f"llama-cpp-python {summary['versions'].get('llama_cpp_python')} sources",
+        interface="command line, seeded; every emitted token tested",
+        setting=f"temperature {s['temperature']:g}, γ = {s['gamma']}, -np {s['parallel']}",
+        rule=rule or _rule_line(summary["rule"]), verdict=summary["verdict"],
+        tv=rule_tv, detectable_tv=ex["detectable_tv"], trials=ex["tokens"],
+        seconds=summary["seconds"]["total"],
+        control="-" if control is None else (
+            f"temperature mismatch: {'FAIL, as it must' if not control['passed'] else 'pass: the control missed'}"),
+        note=(f"per-token TV of the rule read from the code {rule_tv:.2f} ({report})"
+              if summary["verdict"] == "FAIL" and rule_tv is not None else ""))]
+
+
+def hf_rows(summaries: Mapping[str, Mapping], labels: Mapping[str, str], *,
+            rule: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.hf`'s summaries, one per release and battery."""
+    rows = []
+    for rel, s in summaries.items():
+        for key, label in labels.items():
+            r = s.get(key) or {"available": False}
+            common = dict(implementation="transformers", version=rel, interface=label,
+                          setting="temperature 1", rule=rule)
+            if not r.get("available", False):
+                rows.append(MatrixRow(verdict="NOT RUN", note="not in this release", **common))
+                continue
+            controls = {n.partition(":")[2]: s[n] for n in s
+                        if n.startswith(key + ":") and s[n].get("available")}
+            rows.append(battery_row(r, control=_control_text(controls), **common))
+    return rows
+
+
+def unavailable_rows(data: Mapping) -> list[MatrixRow]:
+    """The "not run" rows of ``adapters/unavailable.json``, each with its reason and
+    evidence."""
+    return [MatrixRow(implementation=e["engine"], version=e["version"],
+                      interface=e["interface"], setting="-", rule=e.get("rule", "not read"),
+                      verdict="NOT RUN", note=f"{e['reason']} (evidence: {e['evidence']})")
+            for e in data["engines"]]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One adapter run: ``python args...`` in ``cwd`` with ``env``, within ``timeout`` s."""
+
+    name: str
+    python: Path
+    args: tuple
+    env: Mapping[str, str]
+    cwd: Path
+    timeout: float = 900.0
+    ok_codes: tuple = (0, 1)          # 1: the engine as shipped failed (a verdict)
+
+
+class JobFailed(RuntimeError):
+    """An adapter run exited with a status that is not a verdict, or timed out."""
+
+
+def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1) -> dict[str, dict]:
+    """Run the jobs, ``parallel`` at a time in the order given; each one's JSON and seconds.
+
+    A job starts as soon as one of the running ones ends, whichever it is. Output goes to
+    temporary files, not pipes, so a job with a large summary never waits for the others.
+
+    Returns
+    -------
+    dict
+        name -> ``{"summary": parsed stdout, "seconds": wall time, "returncode": int}``,
+        in the order of ``jobs``.
+
+    Raises
+    ------
+    JobFailed
+        If a job's exit status is not in its ``ok_codes``, its output is not JSON, or it
+        outlives its timeout (it is killed; the message has the end of its stderr). The
+        jobs still running are killed.
+    """
+    import tempfile
+
+    if parallel < 1:
+        raise ValueError(f"parallel: must be >= 1 (got {parallel})")
+    pending, running, out = list(jobs), [], {}
+
+    def collect(job, proc, t0, files):
+        stdout, stderr = (f.seek(0) or f.read() for f in files)
+        if proc.returncode not in job.ok_codes:
+            raise JobFailed(f"{job.name}: exit status {proc.returncode}: {stderr[-2000:]}")
+        try:
+            summary = json.loads(stdout)
+        except ValueError:
+            raise JobFailed(f"{job.name}: the output is not JSON: {stdout[:300]!r}") from None
+        out[job.name] = {"summary": summary, "seconds": time.perf_counter() - t0,
+                         "returncode": proc.returncode}
+
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                job = pending.pop(0)
+                files = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))
+                proc = subprocess.Popen([str(job.python), *job.args], stdout=files[0],
+                                        stderr=files[1], text=True, env=dict(job.env),
+                                        cwd=job.cwd)
+                running.append((job, proc, time.perf_counter(), files))
+            time.sleep(poll)
+            for item in list(running):
+                job, proc, t0, files = item
+                if proc.poll() is None:
+                    if time.perf_counter() - t0 > job.timeout:
+                        raise JobFailed(f"{job.name}: no result within {job.timeout:g} s")
+                    continue
+                running.remove(item)
+                try:
+                    collect(*item)
+                finally:
+                    for f in files:
+                        f.close()
+    finally:
+        for _, proc, _, files in running:          # a failure stops the others
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for f in files:
+                f.close()
+    return {job.name: out[job.name] for job in jobs}

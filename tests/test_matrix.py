@@ -1,0 +1,137 @@
+"""The conformance matrix's rows (specdec.conformance.matrix) from each adapter's summary
+shape, and its job runner on real subprocesses (no engine needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec.conformance import matrix as mx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _case(name, trials, tv, low, high, det, passed=True, shape="interval"):
+    c = {"trials": trials, "passed": passed, "tv": tv, "tv_detectable": det,
+         "causes": [] if passed else [f"Exactness: {name} fails"]}
+    if shape == "interval":
+        c.update(case=name, tv_interval=[low, high])
+    else:
+        c.update(name=name, tv_low=low, tv_high=high)
+    return c
+
+
+def _battery(passed, cases, seconds=3.0):
+    return {"passed": passed, "cases": cases, "seconds": seconds,
+            "max_detectable_tv": max(c["tv_detectable"] for c in cases)}
+
+
+def test_battery_row_takes_the_worst_case_and_the_largest_detectable_tv():
+    b = _battery(False, [_case("a", 100, 0.05, 0.0, 0.09, 0.08),
+                         _case("b", 300, 0.40, 0.31, 0.49, 0.05, passed=False)])
+    row = mx.battery_row(b, implementation="x", version="1", interface="f", setting="s",
+                         rule="r")
+    assert (row.verdict, row.tv, row.tv_low, row.tv_high) == ("FAIL", 0.40, 0.31, 0.49)
+    assert row.detectable_tv == 0.08 and row.trials == 400 and row.seconds == 3.0
+    assert row.note == "Exactness: b fails"
+    ok = mx.battery_row(_battery(True, [_case("a", 10, 0.01, 0.0, 0.02, 0.03, shape="hf")]),
+                        implementation="x", version="1", interface="f", setting="s", rule="r")
+    assert ok.verdict == "PASS" and ok.tv_high == 0.02 and ok.note == ""
+    with pytest.raises(ValueError, match="battery: not a kit battery"):
+        mx.battery_row({"passed": True}, implementation="x", version="1", interface="f",
+                       setting="s", rule="r")
+    assert not row.end_to_end and row.resolution_wanted == 0.01
+    assert row.trials_for() == 400 * 64 and ok.trials_for() == 10 * 9
+    e2e = mx.MatrixRow("x", "1", "generate, assistant", "s", "r", "PASS", detectable_tv=0.02,
+                       trials=50)
+    assert e2e.end_to_end and e2e.trials_for() == 50 and e2e.trials_for(0.01) == 200
+    with pytest.raises(ValueError, match="verdict: must be one of"):
+        mx.MatrixRow("x", "1", "f", "s", "r", "OK")
+
+
+def test_rows_of_every_summary_shape():
+    shipped = _battery(False, [_case("batch_temperatures", 2000, 0.98, 0.93, 1.0, 0.08, False)])
+    fixed = _battery(True, [_case("batch_temperatures", 20000, 0.004, 0.0, 0.02, 0.03)])
+    fixed["controls"] = {"recovered_from_target": _battery(
+        False, [_case("batch_temperatures", 5000, 0.3, 0.25, 0.35, 0.06, False)])}
+    vllm = {"version": "0.32.0", "settings": {"draft_probs": {
+        "draft_probs": True, "as_shipped": shipped, "fixed": fixed}}}
+    rows = mx.vllm_rows(vllm, rule="accept while p/q >= u", report="reports/v.md")
+    assert [r.verdict for r in rows] == ["FAIL", "PASS"]
+    assert "reports/v.md" in rows[0].note and "as shipped" in rows[0].setting
+    assert rows[1].control == "recovered_from_target: FAIL, as it must (TV up to 0.30)"
+
+    eagle = {"version": "1.2.1", "top_widths": [2], "settings": {
+        "temperature_1": {"temperature": 1.0, "as_shipped": fixed,
+                          "controls": fixed["controls"]},
+        "tempered_0.6": {"temperature": 0.6, "as_shipped": shipped}}}
+    rows = mx.eagle_rows(eagle, rule="tree", report="reports/e.md")
+    assert [r.verdict for r in rows] == ["PASS", "FAIL"]
+    assert "FAIL, as it must" in rows[0].control and "reports/e.md" in rows[1].note
+    assert rows[1].setting == "temperature 0.6, tree widths 2"
+
+    medusa = {"version": "0.1", "temperature": 1.0, "seconds": 4.0, "cases": [
+        {"case": "block_g1", "trials": 900, "tv": 0.9, "tv_interval": [0.7, 1.0],
+         "exact_typical": 0.93}]}
+    (row,) = mx.medusa_rows(medusa, rule="typical")
+    assert row.verdict == "LOSSY" and row.tv_low == 0.7 and "0.930" in row.note
+
+    spec = {"setting": {"temperature": 1.0, "gamma": 3, "parallel": 1}, "verdict": "FAIL",
+            "rule": {"source": "x", "draft": "arg-max"}, "versions": {"llama_cpp_python": "0.3.36"},
+            "seconds": {"total": 12.5},
+            "checks": {"exactness": {"passed": False, "tokens": 800, "detectable_tv": 0.05,
+                                     "extra": {"rule_vs_target_tv": 0.45}},
+                       "control_temperature": {"passed": False}}}
+    (row,) = mx.llama_speculative_rows(spec, report="reports/l.md")
+    assert (row.verdict, row.tv, row.trials, row.seconds) == ("FAIL", 0.45, 800, 12.5)
+    assert "0.45 (reports/l.md)" in row.note and "FAIL, as it must" in row.control
+
+    hf = {"5.24.0": {"token": dict(fixed, available=True, wall_seconds=9.0),
+                     "token:patched": dict(fixed["controls"]["recovered_from_target"],
+                                           available=True),
+                     "lookup": {"available": False}}}
+    rows = mx.hf_rows(hf, {"token": "token step", "lookup": "prompt lookup"}, rule="Alg. 1")
+    assert [r.verdict for r in rows] == ["PASS", "NOT RUN"] and rows[0].seconds == 9.0
+    assert rows[0].control.startswith("patched: FAIL")
+
+    data = json.loads((ROOT / "specdec/conformance/adapters/unavailable.json").read_text())
+    rows = mx.unavailable_rows(data)
+    assert len(rows) == len(data["engines"]) and all(r.verdict == "NOT RUN" for r in rows)
+    assert all("evidence" in r.note for r in rows)
+
+
+def _job(name, code, timeout=30.0, ok=(0, 1)):
+    return mx.Job(name, Path(sys.executable), ("-c", code), {"PATH": "/usr/bin:/bin"},
+                  ROOT, timeout, ok)
+
+
+def test_run_jobs_in_order_with_verdict_exit_codes_and_failures():
+    out = mx.run_jobs([_job("a", "import json; print(json.dumps({'x': 1}))"),
+                       _job("b", "import json, sys; print(json.dumps({'x': 2})); sys.exit(1)"),
+                       _job("c", "print('{\"x\": 3}')")], parallel=2)
+    assert list(out) == ["a", "b", "c"] and [o["summary"]["x"] for o in out.values()] == [1, 2, 3]
+    assert out["b"]["returncode"] == 1 and all(o["seconds"] > 0 for o in out.values())
+    with pytest.raises(mx.JobFailed, match="bad: exit status 2: boom"):
+        mx.run_jobs([_job("bad", "import sys; sys.stderr.write('boom'); sys.exit(2)")])
+    with pytest.raises(mx.JobFailed, match="text: the output is not JSON"):
+        mx.run_jobs([_job("text", "print('hello')")])
+    with pytest.raises(mx.JobFailed, match="slow: no result within 1 s"):
+        mx.run_jobs([_job("slow", "import time; time.sleep(30)", timeout=1.0)])
+    with pytest.raises(ValueError, match="parallel: must be >= 1"):
+        mx.run_jobs([], parallel=0)
+
+
+def test_run_jobs_starts_the_next_when_any_ends_and_takes_large_output():
+    import time
+
+    big = "import json; print(json.dumps({'x': 'y' * 300_000}))"     # beyond a pipe's buffer
+    t0 = time.perf_counter()
+    out = mx.run_jobs([_job("slow", "import time, json; time.sleep(2); print(json.dumps(1))"),
+                       _job("big", big), _job("fast", "print(2)"), _job("last", "print(3)")],
+                      parallel=2)
+    assert list(out) == ["slow", "big", "fast", "last"] and out["fast"]["summary"] == 2
+    assert len(out["big"]["summary"]["x"]) == 300_000
+    assert out["last"]["seconds"] < 1.5 and time.perf_counter() - t0 < 4
