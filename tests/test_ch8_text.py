@@ -3,6 +3,7 @@ both directions: every sentence must follow the numbers it is given."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
 
 from specdec.book import ch8_text as t
@@ -48,10 +49,62 @@ def test_latency_sentences_both_ways():
     assert "does not show" in t.itl_bursts(1.0, 1.1, 1.2, 1.1)
 
 
-def test_gain_change_three_ways():
-    assert "fall" in t.gain_change(1.0, 0.7, 0.1)
-    assert "rise" in t.gain_change(0.7, 1.0, 0.1)
-    assert "cannot tell" in t.gain_change(0.9, 0.95, 0.1)
+def _loads(*triples):
+    return [{"speedup": m, "speedup_q1": a, "speedup_q3": b} for a, m, b in triples]
+
+
+def test_gain_change_by_quartile_ranges_repeats_and_monotonicity():
+    falling = _loads((0.95, 1.0, 1.05), (0.80, 0.85, 0.90), (0.65, 0.70, 0.75))
+    s = t.gain_change(falling, 5)
+    assert s.startswith("a fall") and "at every step" in s
+    rising = _loads((0.65, 0.70, 0.75), (0.95, 1.0, 1.05))
+    assert t.gain_change(rising, 6).startswith("a rise")
+    # the published case: a fall of 0.27 against an IQR of 0.26, not monotonic, 3 repeats
+    zigzag = _loads((0.90, 1.00, 1.16), (0.60, 0.66, 0.70), (0.75, 0.80, 0.82),
+                    (0.65, 0.73, 0.91))
+    assert "overlap" in t.gain_change(zigzag, 5)
+    assert "too few" in t.gain_change(zigzag, 3)
+    apart = _loads((0.95, 1.0, 1.05), (0.55, 0.60, 0.65), (0.70, 0.75, 0.78), (0.5, 0.55, 0.6))
+    s = t.gain_change(apart, 5)
+    assert s.startswith("a fall") and "do not move the same way" in s and "0.60, 0.75" in s
+    with pytest.raises(ValueError, match="rows"):
+        t.gain_change(_loads((0.9, 1.0, 1.1)), 5)
+
+
+def test_g_beyond_batch_names_what_arithmetic_cannot_explain():
+    s = t.g_beyond_batch(1.3, 3.48, 2, 16)          # the published g(2) = 3.48 at batch 16
+    assert "rises from 1.30" in s and "above the γ + 1 = 3" in s and "does not measure why" in s
+    assert "into arithmetic" in t.g_beyond_batch(1.3, 2.6, 2, 16)
+    assert "did not become dearer" in t.g_beyond_batch(1.3, 1.2, 2, 16)
+
+
+def test_server_against_numpy_g_both_ways():
+    s = t.server_against_numpy_g(1.62, 2.39, 5, 0.30, 0.10)  # the published contradiction
+    assert "2.39 of the server's steps and 1.62" in s and "ratio is the higher" in s
+    assert "the step, not the ratio" in s and s.endswith(".")
+    assert "does not say why" in t.server_against_numpy_g(1.62, 2.39, 5, 0.10, 0.30)
+    s = t.server_against_numpy_g(2.9, 2.39, 5, 0.30, 0.10)
+    assert "cheaper relative to a step" in s and s[0].isupper() and s.endswith(".")
+
+
+def test_in_situ_prediction_follows_the_rows():
+    s = t.in_situ_prediction((1.1, 1.5), (1.0, 1.4), [6, 8, 4], [3, 1, 5])
+    assert "lower than the 1.10 to 1.50" in s and "although" not in s
+    s = t.in_situ_prediction((1.1, 1.5), (1.2, 1.6), [6, 8, -9], [3, -4, 5])  # the published case
+    assert "higher than" in s and "although the median passes were dearer" in s
+    assert "-9% to +8%" in s and "-4% to +5%" in s
+    assert "wider range" in t.in_situ_prediction((1.1, 1.5), (1.0, 1.7), [1, -1, 2], [0, 1, -1])
+
+
+def test_geometric_fit_reports_the_test_and_the_size():
+    names = {"en": "English", "it": "Italian"}
+    s = t.geometric_fit({"en": {"tv": 0.02, "p": 0.3, "cycles": 900},
+                         "it": {"tv": 0.04, "p": 0.6, "cycles": 800}}, names)
+    assert s.startswith("not rejected in any language") and "0.040, in Italian" in s
+    s = t.geometric_fit({"en": {"tv": 0.02, "p": 2e-9, "cycles": 9000},
+                         "it": {"tv": 0.04, "p": 0.6, "cycles": 800}}, names)
+    assert s.startswith("rejected in 1 of 2 languages, English (p = 2.0 × 10⁻⁹)")
+    assert "not in the other:" in s and "0.040, in Italian" in s
 
 
 def test_rule_comparison():

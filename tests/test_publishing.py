@@ -341,7 +341,7 @@ def test_execution_statistics_page_lists_every_chapter(html_dir, book):
     assert "A demonstration chapter" in text and "Mass" in text
     assert "Total" in text and "2026" in text
     md = (book / "book" / "execution-stats.md").read_text()
-    assert md.count("* - {doc}`chapters/") == 3
+    assert md.split("## Where the time goes")[0].count("* - {doc}`chapters/") == 3
     for name in ("01-demo", "02-mass", "a1-demo"):
         row = execution_stats.notebook_row(book / "book" / "chapters" / f"{name}.ipynb")
         assert row["seconds"] > 0 and row["slowest"] > 0 and row["seed"] == 2026
@@ -1182,3 +1182,27 @@ def test_numbered_tables_are_the_value_their_cells_display():
             if tables and tables[-1] != len(statements) - 1:
                 late.append(f"{source.name}: {body.strip().splitlines()[-1][:60]}")
     assert late == []
+
+
+def test_execution_statistics_say_where_the_time_goes(tmp_path):
+    """Per section, the code cells' papermill durations under each heading; the page lists
+    the sections of at least 2% of the total, slowest first, with roles reduced to words."""
+    def code(t):
+        return {"cell_type": "code", "metadata": {"papermill": {"duration": t}}, "source": ""}
+
+    def md(text):
+        return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+    nb = {"metadata": {"specdec": {"seconds": 101.0, "parameters": {"seed": 1, "trials": 5}}},
+          "cells": [code(1.0), md("(x)=\n# Title\n\ntext"), code(3.0),
+                    md("## The {ref}`run <sec-x>` and `code`"), code(90.0), code(7.0),
+                    md("## Tiny"), code(0.5), md("no heading here"), code(0.5)]}
+    path = tmp_path / "08-demo.ipynb"
+    path.write_text(json.dumps(nb))
+    assert execution_stats.section_times(path) == [("08-demo", 1.0), ("Title", 3.0),
+                                                   ("The {ref}`run <sec-x>` and `code`", 97.0),
+                                                   ("Tiny", 1.0)]
+    page = execution_stats.render_page([execution_stats.notebook_row(path)])
+    where = page.split("## Where the time goes")[1].split("## Environment")[0]
+    assert "  - The run and code\n  - 97.0\n  - 95%" in where and "Tiny" not in where
+    assert where.index("The run") < where.index("Title")

@@ -65,7 +65,39 @@ def notebook_row(path: Path) -> dict:
         "trials": params.get("trials", (record or {}).get("trials")),
         "commit": (record or {}).get("git", {}).get("short"),
         "record": record,
+        "sections": section_times(path),
     }
+
+
+def section_times(path: Path) -> list[tuple[str, float]]:
+    """Seconds of each section of one executed notebook: papermill's durations of the code
+    cells under each heading, in order (cells before the first heading count under the
+    notebook's title)."""
+    import re
+
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    out: list[list] = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            text = "".join(cell.get("source", ""))
+            heads = [m.group(2).strip() for m in re.finditer(r"^(#{1,6})\s+(.+)$", text, re.M)]
+            if heads:
+                out.append([heads[-1], 0.0])
+            continue
+        t = cell.get("metadata", {}).get("papermill", {}).get("duration")
+        if isinstance(t, (int, float)):
+            if not out:
+                out.append([path.stem, 0.0])
+            out[-1][1] += float(t)
+    return [(title, secs) for title, secs in out]
+
+
+def _plain(title: str) -> str:
+    """A heading as table text: roles and inline markup reduced to their words."""
+    import re
+
+    title = re.sub(r"\{[a-z:]+\}`([^`<]*?)(?:\s*<[^`]*>)?`", r"\1", title)
+    return title.replace("|", "/").replace("`", "")
 
 
 def _num(value, fmt: str) -> str:
@@ -112,6 +144,22 @@ def render_page(rows: list[dict], chapters_rel: str = "chapters") -> str:
     known = [r["seconds"] for r in rows if r["seconds"] is not None]
     lines += ["* - **Total**", "  -", f"  - **{sum(known):.1f}**", "  -", "  -", "  -", "  -",
               "```", ""]
+
+    sections = [(row["name"], title, secs) for row in rows for title, secs in row["sections"]]
+    total = sum(secs for _, _, secs in sections)
+    top = sorted((x for x in sections if total and x[2] >= 0.02 * total),
+                 key=lambda x: -x[2])[:15]
+    if top:
+        lines += ["## Where the time goes", "",
+                  "The sections that took at least 2% of the execution time above, slowest "
+                  "first: the durations of their code cells as papermill measured them (the "
+                  "kernel's start and the notebooks' parameters are not in any section).", "",
+                  "```{list-table}", ":header-rows: 1", ":widths: 30 46 12 12", "",
+                  "* - Chapter", "  - Section", "  - Seconds", "  - Share"]
+        for name, title, secs in top:
+            lines += [f"* - {{doc}}`{chapters_rel}/{name}`", f"  - {_plain(title)}",
+                      f"  - {secs:.1f}", f"  - {secs / total:.0%}"]
+        lines += ["```", ""]
 
     records = [r["record"] for r in rows if r["record"]]
     if records:

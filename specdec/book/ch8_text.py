@@ -9,8 +9,11 @@ measurements in both directions. Used in Chapter 8.
 
 from __future__ import annotations
 
+from .prose import pvalue_text
+
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
-           "draft_cost", "ttft_change", "itl_bursts", "gain_change", "rule_comparison",
+           "draft_cost", "ttft_change", "itl_bursts", "gain_change", "g_beyond_batch",
+           "server_against_numpy_g", "in_situ_prediction", "geometric_fit", "rule_comparison",
            "served_speedup", "served_vs_book", "disturbance_note", "goodput_trend",
            "g_against_lines", "pays_verdict", "model_agreement", "scale_trend",
            "tail_label", "interval_verdict", "pays_interval", "repetition_note",
@@ -58,12 +61,14 @@ def wide_against_deep(e_wide: float, e_deep: float, g_wide: float, g_deep: float
         pull = ("the two effects pull the same way, " +
                 ("for the wide target" if helps_num else "against the wide target"))
     if not _clear(s_wide - s_deep, spread):
-        net = (f"the net speedups, {s_wide:.2f} and {s_deep:.2f}, differ by less than their "
-               f"spread ({spread:.2f}): this run cannot rank the two configurations")
+        net = (f"the net speedups, {s_wide:.2f} and {s_deep:.2f}, differ by less than the "
+               f"larger of the two configurations' interquartile ranges ({spread:.2f}, "
+               f"medians over languages): this run cannot rank them")
     else:
         net = (f"the net speedup is {s_wide:.2f} against {s_deep:.2f}, "
                f"{'above' if s_wide > s_deep else 'below'} the deep target by more than the "
-               f"spread ({spread:.2f})")
+               f"larger of the two configurations' interquartile ranges ({spread:.2f}, "
+               f"medians over languages)")
     return f"{num}; {den}; {pull}; {net}"
 
 
@@ -119,14 +124,159 @@ def itl_bursts(p50_base: float, p50_spec: float, p99_base: float, p99_spec: floa
             f"{p99_spec:.2f} ms against {p99_base:.2f} ms without a draft")
 
 
-def gain_change(first: float, last: float, spread: float) -> str:
-    """The gain at the smallest and at the largest batch."""
-    change = last - first
-    if not _clear(change, spread):
-        return ("a difference within the spread of the measurements, so this run cannot "
-                "tell the two apart")
-    return ("a fall larger than the spread of either measurement" if change < 0 else
-            "a rise larger than the spread of either measurement")
+def gain_change(rows, repeats: int, *, min_repeats: int = 5) -> str:
+    """The gain at the smallest and at the largest load, judged by their quartile ranges.
+
+    Parameters
+    ----------
+    rows : sequence of mappings
+        In the order of the load (batch size or requests in flight), each with
+        ``speedup`` (median of the paired ratios) and ``speedup_q1``, ``speedup_q3``.
+    repeats : int
+        Paired repeats behind each row's quartiles.
+    min_repeats : int
+        Fewest repeats for which the sentence compares quartile ranges at all (with 3
+        values the quartiles are the middle values' neighbours, not a spread).
+
+    Returns
+    -------
+    str
+        A change is called only when the first and the last rows' ranges from the first
+        to the third quartile do not overlap; the clause on the rows in between says
+        whether the medians move the same way at every step.
+    """
+    rows = list(rows)
+    if len(rows) < 2:
+        raise ValueError(f"rows: need at least two loads (got {len(rows)})")
+    first, last = rows[0], rows[-1]
+    meds = [float(r["speedup"]) for r in rows]
+    steps = [b - a for a, b in zip(meds, meds[1:])]
+    if repeats < min_repeats:
+        return (f"with {repeats} paired repeats per load, too few for quartiles to be a "
+                f"spread (at least {min_repeats} are needed), this run does not say whether "
+                f"the gain changed")
+    overlap = first["speedup_q1"] <= last["speedup_q3"] and last["speedup_q1"] <= first["speedup_q3"]
+    if overlap:
+        return ("the two quartile ranges overlap, so this run cannot tell the two apart")
+    fall = meds[-1] < meds[0]
+    text = (f"a {'fall' if fall else 'rise'}: the quartile ranges of the two do not overlap "
+            f"({repeats} paired repeats each)")
+    if len(rows) > 2:
+        same_way = all(d < 0 for d in steps) if fall else all(d > 0 for d in steps)
+        text += ("; the median moves that way at every step in between" if same_way else
+                 "; in between the medians do not move the same way at every step ("
+                 + ", ".join(f"{m:.2f}" for m in meds) + ")")
+    return text
+
+
+def g_beyond_batch(g_first: float, g_last: float, gamma: int, batch: int) -> str:
+    """The batched verification cost against the fully compute-bound ``gamma + 1``.
+
+    ``g_first`` and ``g_last`` are ``g(gamma)`` at batch one and at ``batch``, each in
+    steps of the same target at the same batch.
+    """
+    verb = "rises" if g_last > g_first else "falls" if g_last < g_first else "stays"
+    text = (f"{verb} from {g_first:.2f} target steps at batch one to {g_last:.2f} at batch "
+            f"{batch}")
+    if g_last > gamma + 1:
+        return (text + f", above the γ + 1 = {gamma + 1} steps that a pass doing all its "
+                f"arithmetic one position at a time would cost: at that batch a pass costs "
+                f"more than {gamma + 1} separate steps, which arithmetic alone does not "
+                f"explain and this run does not measure why")
+    if g_last > g_first:
+        return text + ", as the pass turns from reading weights into arithmetic"
+    return text + ", so the pass did not become dearer with the batch in this run"
+
+
+def server_against_numpy_g(g_numpy: float, g_server: float, positions: int,
+                           step_ms_numpy: float, step_ms_server: float) -> str:
+    """The same target's verification cost in the book's decoder and on the server.
+
+    Both ``g`` are the cost of a pass over ``positions`` positions in steps of the same
+    target, each in its own engine; ``step_ms_*`` are those steps' times in milliseconds.
+    Returns whole sentences (capitalised, with the final full stop).
+    """
+    text = (f"For the deep target a pass over {positions} positions costs {g_server:.2f} of "
+            f"the server's steps and {g_numpy:.2f} of the book's decoder's")
+    if g_server > g_numpy:
+        if step_ms_server < step_ms_numpy:
+            why = (f"the ratio is taken to each engine's own step, and the server's step is the faster one "
+                   f"({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms), which is "
+                   f"consistent with less fixed per-call work in it (work a pass pays once, "
+                   f"so that each added position weighs more against the step); the "
+                   f"server's advantage here is the step, not the ratio")
+        else:
+            why = (f"the server's step is not the faster one ({step_ms_server:.3f} ms against "
+                   f"{step_ms_numpy:.3f} ms), and this run does not say why its passes "
+                   f"weigh more")
+        return text + ": the server's ratio is the higher. " + why[0].upper() + why[1:] + "."
+    return (text + f": the server's kernels make an added position cheaper relative to a "
+            f"step ({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms per step).")
+
+
+def in_situ_prediction(isolated, in_situ, g_pcts, c_pcts) -> str:
+    """How the cost model's predicted range moves when fed the passes timed in the loop.
+
+    Parameters
+    ----------
+    isolated, in_situ : (float, float)
+        The predicted range (lowest, highest) with the micro-benchmarked and with the
+        in-loop costs.
+    g_pcts, c_pcts : sequence of float
+        Per row, the in-loop target pass and draft pass against their micro-benchmarks,
+        in percent (positive: dearer in the loop).
+    """
+    (a, b), (lo, hi) = isolated, in_situ
+    gm, cm = sorted(g_pcts)[len(g_pcts) // 2], sorted(c_pcts)[len(c_pcts) // 2]
+    if lo > a and hi > b:
+        moved = "up"
+    elif lo < a and hi < b:
+        moved = "down"
+    else:
+        moved = "wider" if (hi - lo) > (b - a) else "narrower"
+    moved_text = {"up": "higher than", "down": "lower than", "wider": "a wider range than",
+                  "narrower": "a narrower range than"}[moved]
+    text = (f"Fed with these in-situ costs, the model predicts {lo:.2f} to {hi:.2f}, "
+            f"{moved_text} the {a:.2f} to {b:.2f} of the isolated costs")
+    expected = "down" if gm > 0 and cm > 0 else "up" if gm < 0 and cm < 0 else None
+    spread = (f"per row the in-loop target pass ranged from {min(g_pcts):+.0f}% to "
+              f"{max(g_pcts):+.0f}% of its micro-benchmark and the draft pass from "
+              f"{min(c_pcts):+.0f}% to {max(c_pcts):+.0f}%")
+    if expected is not None and moved != expected:
+        return (text + f", although the median passes were "
+                f"{'dearer' if expected == 'down' else 'cheaper'}: {spread}, and the rows "
+                f"at the ends of the range are not the median row.")
+    return text + f"; {spread}."
+
+
+def geometric_fit(fits, names, level: float = 0.01) -> str:
+    """The constant-α (truncated geometric) law against the accepted-length histograms.
+
+    Parameters
+    ----------
+    fits : mapping language -> mapping
+        Per language ``tv`` (histogram against the fitted law), ``p`` (Holm-adjusted
+        p-value of a goodness-of-fit test with the fitted parameter counted) and
+        ``cycles``.
+    names : mapping language -> str
+    level : float
+        Family-wise level at which a fit counts as rejected.
+    """
+    rejected = [k for k, f in fits.items() if f["p"] <= level]
+    worst = max(fits, key=lambda k: fits[k]["tv"])
+    tv = (f"the largest total variation between it and a measured histogram is "
+          f"{fits[worst]['tv']:.3f}, in {names[worst]}")
+    if not rejected:
+        return (f"not rejected in any language (goodness-of-fit test with the fitted α "
+                f"counted, Holm-adjusted over the languages, at level {level:g}): {tv}")
+    which = ", ".join(f"{names[k]} (p = {pvalue_text(fits[k]['p'])})" for k in rejected)
+    kept = len(fits) - len(rejected)
+    return (f"rejected in {len(rejected)} of {len(fits)} languages, {which} (goodness-of-fit "
+            f"test with the fitted α counted, Holm-adjusted, level {level:g})"
+            + ("" if not kept else " and not in the other" if kept == 1
+               else f" and not in the other {kept}")
+            + f": with thousands of cycles a test sees departures too small to matter, "
+              f"so read it beside the size of the departure: {tv}")
 
 
 def rule_comparison(match: float, rejection: float, temperature: float) -> str:
@@ -439,7 +589,7 @@ def model_errors(errors, tolerance: float) -> str:
     prediction against the same repeat's measurement)."""
     errs = [float(e) for e in errors]
     within = sum(round(abs(e), 2) <= tolerance for e in errs)
-    text = (f"per repeat the cost model erred by "
+    text = ("per repeat the cost model erred by "
             + ", ".join(f"{e:+.0%}" for e in errs))
     if within == len(errs):
         return text + f", within {tolerance:.0%} every time"
