@@ -40,6 +40,9 @@ def test_battery_row_takes_the_worst_case_and_the_largest_detectable_tv():
     ok = mx.battery_row(_battery(True, [_case("a", 10, 0.01, 0.0, 0.02, 0.03, shape="hf")]),
                         implementation="x", version="1", interface="f", setting="s", rule="r")
     assert ok.verdict == "PASS" and ok.tv_high == 0.02 and ok.note == ""
+    with pytest.raises(ValueError, match=r"battery\['passed'\]: must be a bool"):
+        mx.battery_row(dict(b, passed="false"), implementation="x", version="1", interface="f",
+                       setting="s", rule="r")
     with pytest.raises(ValueError, match="battery: not a kit battery"):
         mx.battery_row({"passed": True}, implementation="x", version="1", interface="f",
                        setting="s", rule="r")
@@ -120,8 +123,10 @@ def test_run_jobs_in_order_with_verdict_exit_codes_and_failures():
         mx.run_jobs([_job("text", "print('hello')")])
     with pytest.raises(mx.JobFailed, match="slow: no result within 1 s"):
         mx.run_jobs([_job("slow", "import time; time.sleep(30)", timeout=1.0)])
-    with pytest.raises(ValueError, match="parallel: must be >= 1"):
+    with pytest.raises(ValueError, match="parallel: must be an integer >= 1"):
         mx.run_jobs([], parallel=0)
+    with pytest.raises(ValueError, match="jobs: names must be unique"):
+        mx.run_jobs([_job("a", "print(1)"), _job("a", "print(2)")])
 
 
 def test_run_jobs_starts_the_next_when_any_ends_and_takes_large_output():

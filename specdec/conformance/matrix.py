@@ -125,6 +125,8 @@ def battery_row(battery: Mapping, **fields) -> MatrixRow:
     """
     if "passed" not in battery or not battery.get("cases"):
         raise ValueError(f"battery: not a kit battery summary (keys {sorted(battery)[:8]})")
+    if not isinstance(battery["passed"], bool):
+        raise ValueError(f"battery['passed']: must be a bool (got {battery['passed']!r})")
     cases = [_case_interval(c) for c in battery["cases"]]
     known = [c for c in cases if c[0] is not None]
     worst = max(known, key=lambda c: (c[1] or 0.0, c[0])) if known else (None,) * 4
@@ -300,8 +302,12 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1) -> di
     """
     import tempfile
 
-    if parallel < 1:
-        raise ValueError(f"parallel: must be >= 1 (got {parallel})")
+    if not isinstance(parallel, int) or parallel < 1:
+        raise ValueError(f"parallel: must be an integer >= 1 (got {parallel!r})")
+    names = [job.name for job in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"jobs: names must be unique (repeated: "
+                         f"{sorted({n for n in names if names.count(n) > 1})})")
     pending, running, out = list(jobs), [], {}
 
     def collect(job, proc, t0, files):
