@@ -314,6 +314,17 @@ def pooled_top_cells(top_ids: Sequence[Sequence], top_probs: Sequence[Sequence[f
     return laws, cells
 
 
+def _unit_values(u, tolerance):
+    """``u`` as a non-empty float array in [0, 1] and a checked ``tolerance`` (the inputs
+    of :func:`mean_pvalue` and :func:`ks_pvalue`)."""
+    u = np.asarray(u, dtype=np.float64).ravel()
+    if u.size == 0:
+        raise ValueError("u: need at least one value")
+    if ((u < 0) | (u > 1) | np.isnan(u)).any():
+        raise ValueError("u: values must lie in [0, 1]")
+    return u, check_real(tolerance, "tolerance", "[0, 1]")
+
+
 def mean_pvalue(u, tolerance: float = 0.0) -> float:
     """Two-sided p-value bound of the mean of values that are uniform under the null.
 
@@ -343,12 +354,7 @@ def mean_pvalue(u, tolerance: float = 0.0) -> float:
     >>> round(mean_pvalue([0.4] * 100), 6)        # 2 exp(-6 * 100 * 0.01)
     0.004958
     """
-    u = np.asarray(u, dtype=np.float64).ravel()
-    if u.size == 0:
-        raise ValueError("u: need at least one value")
-    if ((u < 0) | (u > 1) | np.isnan(u)).any():
-        raise ValueError("u: values must lie in [0, 1]")
-    tolerance = check_real(tolerance, "tolerance", "[0, 1]")
+    u, tolerance = _unit_values(u, tolerance)
     d = max(0.0, abs(float(u.mean()) - 0.5) - tolerance)
     return float(min(1.0, 2.0 * math.exp(-6.0 * u.size * d * d)))
 
@@ -388,12 +394,7 @@ def ks_pvalue(u, tolerance: float = 0.0) -> float:
     >>> round(ks_pvalue((np.arange(100) + 0.5) / 100), 6)
     1.0
     """
-    u = np.asarray(u, dtype=np.float64).ravel()
-    if u.size == 0:
-        raise ValueError("u: need at least one value")
-    if ((u < 0) | (u > 1) | np.isnan(u)).any():
-        raise ValueError("u: values must lie in [0, 1]")
-    tolerance = check_real(tolerance, "tolerance", "[0, 1]")
+    u, tolerance = _unit_values(u, tolerance)
     d = max(0.0, _ks_distance(u) - tolerance)
     return float(min(1.0, 2.0 * math.exp(-2.0 * u.size * d * d)))
 
