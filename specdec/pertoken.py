@@ -534,11 +534,15 @@ def pertoken_test(pits: Mapping[str, np.ndarray], *, tokens: int, requests: int,
     Raises
     ------
     ValueError
-        No ordering, orderings with different numbers of values, ``tokens`` outside
-        [1, n], bad levels.
+        No ordering, an ordering named ``"ks:..."``, orderings with different numbers of
+        values, ``tokens`` outside [1, n], ``impossible`` outside [0, tokens], bad levels.
     """
     if not pits:
         raise ValueError("pits: need at least one ordering")
+    reserved = [k for k in pits if str(k).startswith("ks:")]
+    if reserved:
+        raise ValueError(f"pits: an ordering's name may not start with 'ks:', the prefix of "
+                         f"the KS tests' keys (got {reserved[0]!r})")
     arrays = {k: np.asarray(v, dtype=np.float64).ravel() for k, v in pits.items()}
     sizes = {a.size for a in arrays.values()}
     if len(sizes) != 1:
@@ -547,7 +551,7 @@ def pertoken_test(pits: Mapping[str, np.ndarray], *, tokens: int, requests: int,
     (n,) = sizes
     tokens = check_int(tokens, "tokens", minimum=1, maximum=max(n, 1))
     requests = check_int(requests, "requests", minimum=1)
-    impossible = check_int(impossible, "impossible", minimum=0)
+    impossible = check_int(impossible, "impossible", minimum=0, maximum=tokens)
     # one Holm family: the mean and the KS distance of every ordering
     dtv = detectable_tv(n, false_alarm=false_alarm, power=power, orderings=2 * len(arrays),
                         tolerance=tolerance)

@@ -69,12 +69,23 @@ def test_gain_change_by_quartile_ranges_repeats_and_monotonicity():
     assert s.startswith("a fall") and "do not move the same way" in s and "0.60, 0.75" in s
     with pytest.raises(ValueError, match="rows"):
         t.gain_change(_loads((0.9, 1.0, 1.1)), 5)
+    with pytest.raises(ValueError, match=r"rows\[1\]: the quartiles must satisfy"):
+        t.gain_change(_loads((0.9, 1.0, 1.1), (0.8, 0.7, 0.9)), 5)
+    with pytest.raises(ValueError, match=r"rows\[0\]\['speedup_q1'\]: must be a finite"):
+        t.gain_change(_loads((float("nan"), 1.0, 1.1), (0.6, 0.7, 0.8)), 5)
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(ValueError, match="repeats: must be an integer >= 1"):
+            t.gain_change(falling, bad)
 
 
 def test_g_beyond_batch_names_what_arithmetic_cannot_explain():
     s = t.g_beyond_batch(1.3, 3.48, 2, 16)          # the published g(2) = 3.48 at batch 16
     assert "rises from 1.30" in s and "above the γ + 1 = 3" in s and "does not measure why" in s
-    assert "into arithmetic" in t.g_beyond_batch(1.3, 2.6, 2, 16)
+    s = t.g_beyond_batch(1.3, 2.6, 2, 16)       # a rise within gamma + 1: no cause asserted
+    assert "grows dearer" in s and "does not say which" in s and "arithmetic" in s
+    assert "stays" in t.g_beyond_batch(1.3, 1.3, 2, 16)
+    with pytest.raises(ValueError, match="g_last: must be a finite number"):
+        t.g_beyond_batch(1.3, float("nan"), 2, 16)
     assert "did not become dearer" in t.g_beyond_batch(1.3, 1.2, 2, 16)
 
 
@@ -85,6 +96,10 @@ def test_server_against_numpy_g_both_ways():
     assert "does not say why" in t.server_against_numpy_g(1.62, 2.39, 5, 0.10, 0.30)
     s = t.server_against_numpy_g(2.9, 2.39, 5, 0.30, 0.10)
     assert "cheaper relative to a step" in s and s[0].isupper() and s.endswith(".")
+    s = t.server_against_numpy_g(2.391, 2.389, 5, 0.30, 0.10)
+    assert "the same ratio to the two digits shown" in s and "cheaper" not in s
+    with pytest.raises(ValueError, match="step_ms_server: must be a finite number"):
+        t.server_against_numpy_g(1.6, 2.4, 5, 0.3, float("inf"))
 
 
 def test_in_situ_prediction_follows_the_rows():
@@ -94,6 +109,17 @@ def test_in_situ_prediction_follows_the_rows():
     assert "higher than" in s and "although the median passes were dearer" in s
     assert "-9% to +8%" in s and "-4% to +5%" in s
     assert "wider range" in t.in_situ_prediction((1.1, 1.5), (1.0, 1.7), [1, -1, 2], [0, 1, -1])
+    assert "the same range as" in t.in_situ_prediction((1.1, 1.5), (1.1, 1.5), [1, 2], [1, 2])
+    # an even number of rows: the median is the mean of the middle two (+1 and -1 -> 0),
+    # so neither direction is expected and nothing is called surprising
+    s = t.in_situ_prediction((1.1, 1.5), (1.2, 1.6), [-3, -1, 1, 3], [-3, -1, 1, 3])
+    assert "although" not in s
+    with pytest.raises(ValueError, match="in_situ: must be .lowest, highest."):
+        t.in_situ_prediction((1.1, 1.5), (1.6, 1.2), [1], [1])
+    with pytest.raises(ValueError, match="isolated.0.: must be a finite number"):
+        t.in_situ_prediction((float("nan"), 1.5), (1.2, 1.6), [1], [1])
+    with pytest.raises(ValueError, match="g_pcts, c_pcts: need one value per row"):
+        t.in_situ_prediction((1.1, 1.5), (1.2, 1.6), [1, 2], [1])
 
 
 def test_geometric_fit_reports_the_test_and_the_size():
@@ -104,7 +130,13 @@ def test_geometric_fit_reports_the_test_and_the_size():
     s = t.geometric_fit({"en": {"tv": 0.02, "p": 2e-9, "cycles": 9000},
                          "it": {"tv": 0.04, "p": 0.6, "cycles": 800}}, names)
     assert s.startswith("rejected in 1 of 2 languages, English (p = 2.0 × 10⁻⁹)")
-    assert "not in the other:" in s and "0.040, in Italian" in s
+    assert "not in the other:" in s and "0.040, in Italian" in s and "800 cycles or more" in s
+    with pytest.raises(ValueError, match="level: must be in .0, 1."):
+        t.geometric_fit({"en": {"tv": 0.02, "p": 0.3, "cycles": 900}}, names, level=1.5)
+    with pytest.raises(ValueError, match="fits.'en'..'p'.: must be a finite number"):
+        t.geometric_fit({"en": {"tv": 0.02, "p": float("nan"), "cycles": 900}}, names)
+    with pytest.raises(ValueError, match="names: no name for the language 'zh'"):
+        t.geometric_fit({"zh": {"tv": 0.02, "p": 0.3, "cycles": 900}}, names)
 
 
 def test_rule_comparison():

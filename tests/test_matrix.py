@@ -121,8 +121,13 @@ def test_run_jobs_in_order_with_verdict_exit_codes_and_failures():
         mx.run_jobs([_job("bad", "import sys; sys.stderr.write('boom'); sys.exit(2)")])
     with pytest.raises(mx.JobFailed, match="text: the output is not JSON"):
         mx.run_jobs([_job("text", "print('hello')")])
-    with pytest.raises(mx.JobFailed, match="slow: no result within 1 s"):
-        mx.run_jobs([_job("slow", "import time; time.sleep(30)", timeout=1.0)])
+    with pytest.raises(mx.JobFailed, match="slow: no result within 1 s .killed.; the end "
+                                           "of its stderr: started"):
+        mx.run_jobs([_job("slow", "import sys, time; sys.stderr.write('started'); "
+                                  "sys.stderr.flush(); time.sleep(30)", timeout=1.0)])
+    missing = mx.Job("gone", ROOT / "no-such-env/bin/python", ("-c", "1"), {}, ROOT)
+    with pytest.raises(mx.JobFailed, match="gone: cannot start .*no-such-env/bin/python"):
+        mx.run_jobs([missing])
     with pytest.raises(ValueError, match="parallel: must be an integer >= 1"):
         mx.run_jobs([], parallel=0)
     with pytest.raises(ValueError, match="jobs: names must be unique"):
@@ -140,3 +145,31 @@ def test_run_jobs_starts_the_next_when_any_ends_and_takes_large_output():
     assert list(out) == ["slow", "big", "fast", "last"] and out["fast"]["summary"] == 2
     assert len(out["big"]["summary"]["x"]) == 300_000
     assert out["last"]["seconds"] < 1.5 and time.perf_counter() - t0 < 4
+
+
+def test_matrix_row_refuses_impossible_values():
+    base = dict(implementation="x", version="1", interface="function", setting="s",
+                rule="r", verdict="PASS")
+    for field, value, rule in [("tv", 1.5, "tv: must be a TV in .0, 1."),
+                               ("detectable_tv", float("nan"), "detectable_tv: must be a TV"),
+                               ("trials", -3, "trials: must be a non-negative integer"),
+                               ("trials", 2.5, "trials: must be a non-negative integer"),
+                               ("seconds", -1.0, "seconds: must be a non-negative number")]:
+        with pytest.raises(ValueError, match=rule):
+            mx.MatrixRow(**base, **{field: value})
+    with pytest.raises(ValueError, match="tv_low, tv_high: the interval is reversed"):
+        mx.MatrixRow(**base, tv=0.1, tv_low=0.2, tv_high=0.1)
+    row = mx.MatrixRow(**base, detectable_tv=0.02, trials=1000)
+    assert row.trials_for(0.01) == 4000 and row.trials_for() == 4000
+    for bad in (0.0, -0.01, 2.0, True, "0.01"):
+        with pytest.raises(ValueError, match="resolution: must be a TV in .0, 1."):
+            row.trials_for(bad)
+
+
+def test_battery_row_refuses_a_nan_tv():
+    battery = {"passed": True, "cases": [
+        {"tv": 0.01, "tv_interval": [0.0, 0.02], "tv_detectable": 0.02, "trials": 10},
+        {"tv": float("nan"), "tv_interval": [0.0, 0.5], "tv_detectable": 0.02, "trials": 10}]}
+    with pytest.raises(ValueError, match=r"battery\['cases'\]\[1\]: a TV or its interval is NaN"):
+        mx.battery_row(battery, implementation="x", version="1", interface="f", setting="s",
+                       rule="r")

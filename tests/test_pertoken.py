@@ -246,6 +246,10 @@ def test_pertoken_test_result_and_errors():
         pt.pertoken_test({"a": u, "b": u[:3]}, tokens=3, requests=1)
     with pytest.raises(ValueError, match="pits: need at least one"):
         pt.pertoken_test({}, tokens=1, requests=1)
+    with pytest.raises(ValueError, match="impossible"):
+        pt.pertoken_test({"a": u}, tokens=5, requests=1, impossible=6)
+    with pytest.raises(ValueError, match="may not start with 'ks:'"):
+        pt.pertoken_test({"a": u, "ks:a": u}, tokens=5, requests=1)
 
 
 # ------------------------------------------------------------------ in-process decoders

@@ -20,6 +20,16 @@ __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes"
            "model_errors", "bandwidth_share", "goodput_limits", "best_language"]
 
 
+def _finite(name: str, x) -> float:
+    """``x`` as a float, or a ValueError naming ``name`` when it is not a finite number."""
+    import math
+    import numbers
+
+    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+        raise ValueError(f"{name}: must be a finite number (got {x!r})")
+    return float(x)
+
+
 def _clear(diff: float, spread: float) -> bool:
     return abs(diff) > spread
 
@@ -148,6 +158,14 @@ def gain_change(rows, repeats: int, *, min_repeats: int = 5) -> str:
     rows = list(rows)
     if len(rows) < 2:
         raise ValueError(f"rows: need at least two loads (got {len(rows)})")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats: must be an integer >= 1 (got {repeats!r})")
+    for k, r in enumerate(rows):
+        q1, med, q3 = (_finite(f"rows[{k}]['{n}']", r[n])
+                       for n in ("speedup_q1", "speedup", "speedup_q3"))
+        if not q1 <= med <= q3:
+            raise ValueError(f"rows[{k}]: the quartiles must satisfy speedup_q1 <= speedup "
+                             f"<= speedup_q3 (got {q1!r}, {med!r}, {q3!r})")
     first, last = rows[0], rows[-1]
     meds = [float(r["speedup"]) for r in rows]
     steps = [b - a for a, b in zip(meds, meds[1:])]
@@ -175,6 +193,7 @@ def g_beyond_batch(g_first: float, g_last: float, gamma: int, batch: int) -> str
     ``g_first`` and ``g_last`` are ``g(gamma)`` at batch one and at ``batch``, each in
     steps of the same target at the same batch.
     """
+    g_first, g_last = _finite("g_first", g_first), _finite("g_last", g_last)
     verb = "rises" if g_last > g_first else "falls" if g_last < g_first else "stays"
     text = (f"{verb} from {g_first:.2f} target steps at batch one to {g_last:.2f} at batch "
             f"{batch}")
@@ -184,7 +203,9 @@ def g_beyond_batch(g_first: float, g_last: float, gamma: int, batch: int) -> str
                 f"more than {gamma + 1} separate steps, which arithmetic alone does not "
                 f"explain and this run does not measure why")
     if g_last > g_first:
-        return text + ", as the pass turns from reading weights into arithmetic"
+        return (text + ": a pass over the batch grows dearer relative to a step; this run "
+                "does not time the arithmetic and the weight reads apart, so it does not "
+                "say which of the two grew")
     return text + ", so the pass did not become dearer with the batch in this run"
 
 
@@ -196,8 +217,15 @@ def server_against_numpy_g(g_numpy: float, g_server: float, positions: int,
     target, each in its own engine; ``step_ms_*`` are those steps' times in milliseconds.
     Returns whole sentences (capitalised, with the final full stop).
     """
+    g_numpy, g_server = _finite("g_numpy", g_numpy), _finite("g_server", g_server)
+    step_ms_numpy = _finite("step_ms_numpy", step_ms_numpy)
+    step_ms_server = _finite("step_ms_server", step_ms_server)
     text = (f"For the deep target a pass over {positions} positions costs {g_server:.2f} of "
             f"the server's steps and {g_numpy:.2f} of the book's decoder's")
+    if round(g_server, 2) == round(g_numpy, 2):
+        return (text + f": the same ratio to the two digits shown, with steps of "
+                f"{step_ms_server:.3f} ms on the server and {step_ms_numpy:.3f} ms in the "
+                f"book's decoder.")
     if g_server > g_numpy:
         if step_ms_server < step_ms_numpy:
             why = (f"the ratio is taken to each engine's own step, and the server's step is the faster one "
@@ -226,16 +254,32 @@ def in_situ_prediction(isolated, in_situ, g_pcts, c_pcts) -> str:
         Per row, the in-loop target pass and draft pass against their micro-benchmarks,
         in percent (positive: dearer in the loop).
     """
-    (a, b), (lo, hi) = isolated, in_situ
-    gm, cm = sorted(g_pcts)[len(g_pcts) // 2], sorted(c_pcts)[len(c_pcts) // 2]
+    import numpy as np
+
+    (a, b), (lo, hi) = ((_finite(f"{n}[0]", r[0]), _finite(f"{n}[1]", r[1]))
+                        for n, r in (("isolated", isolated), ("in_situ", in_situ)))
+    for n, (x, y) in (("isolated", (a, b)), ("in_situ", (lo, hi))):
+        if x > y:
+            raise ValueError(f"{n}: must be (lowest, highest) (got ({x!r}, {y!r}))")
+    g_pcts = [_finite("g_pcts", x) for x in g_pcts]
+    c_pcts = [_finite("c_pcts", x) for x in c_pcts]
+    if not g_pcts or len(g_pcts) != len(c_pcts):
+        raise ValueError(f"g_pcts, c_pcts: need one value per row in each, at least one "
+                         f"row (got {len(g_pcts)} and {len(c_pcts)})")
+    gm, cm = float(np.median(g_pcts)), float(np.median(c_pcts))
     if lo > a and hi > b:
         moved = "up"
     elif lo < a and hi < b:
         moved = "down"
+    elif (hi - lo) > (b - a):
+        moved = "wider"
+    elif (hi - lo) < (b - a):
+        moved = "narrower"
     else:
-        moved = "wider" if (hi - lo) > (b - a) else "narrower"
+        moved = "same"
     moved_text = {"up": "higher than", "down": "lower than", "wider": "a wider range than",
-                  "narrower": "a narrower range than"}[moved]
+                  "narrower": "a narrower range than",
+                  "same": "the same range as"}[moved]
     text = (f"Fed with these in-situ costs, the model predicts {lo:.2f} to {hi:.2f}, "
             f"{moved_text} the {a:.2f} to {b:.2f} of the isolated costs")
     expected = "down" if gm > 0 and cm > 0 else "up" if gm < 0 and cm < 0 else None
@@ -262,6 +306,17 @@ def geometric_fit(fits, names, level: float = 0.01) -> str:
     level : float
         Family-wise level at which a fit counts as rejected.
     """
+    level = _finite("level", level)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level: must be in (0, 1) (got {level!r})")
+    if not fits:
+        raise ValueError("fits: need at least one language")
+    for k, f in fits.items():
+        p, tv = _finite(f"fits[{k!r}]['p']", f["p"]), _finite(f"fits[{k!r}]['tv']", f["tv"])
+        if not (0.0 <= p <= 1.0 and 0.0 <= tv <= 1.0):
+            raise ValueError(f"fits[{k!r}]: p and tv must be in [0, 1] (got {p!r}, {tv!r})")
+        if k not in names:
+            raise ValueError(f"names: no name for the language {k!r}")
     rejected = [k for k, f in fits.items() if f["p"] <= level]
     worst = max(fits, key=lambda k: fits[k]["tv"])
     tv = (f"the largest total variation between it and a measured histogram is "
@@ -275,8 +330,9 @@ def geometric_fit(fits, names, level: float = 0.01) -> str:
             f"test with the fitted α counted, Holm-adjusted, level {level:g})"
             + ("" if not kept else " and not in the other" if kept == 1
                else f" and not in the other {kept}")
-            + f": with thousands of cycles a test sees departures too small to matter, "
-              f"so read it beside the size of the departure: {tv}")
+            + f": with {min(int(f['cycles']) for f in fits.values()):,} cycles or more "
+              f"per language a test sees departures too small to matter, so read it "
+              f"beside the size of the departure: {tv}")
 
 
 def rule_comparison(match: float, rejection: float, temperature: float) -> str:

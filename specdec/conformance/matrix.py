@@ -15,6 +15,7 @@ is the largest over its cases of the smallest TV that case's test catches with p
 from __future__ import annotations
 
 import json
+import numbers
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -75,6 +76,21 @@ class MatrixRow:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict: must be one of {', '.join(VERDICTS)} "
                              f"(got {self.verdict!r})")
+        for name in ("tv", "tv_low", "tv_high", "detectable_tv"):
+            x = getattr(self, name)
+            if x is not None and not (isinstance(x, numbers.Real) and 0.0 <= x <= 1.0):
+                raise ValueError(f"{name}: must be a TV in [0, 1] or None (got {x!r})")
+        if None not in (self.tv_low, self.tv_high) and self.tv_low > self.tv_high:
+            raise ValueError(f"tv_low, tv_high: the interval is reversed "
+                             f"({self.tv_low!r} > {self.tv_high!r})")
+        if self.trials is not None and (isinstance(self.trials, bool)
+                                        or not isinstance(self.trials, int) or self.trials < 0):
+            raise ValueError(f"trials: must be a non-negative integer or None "
+                             f"(got {self.trials!r})")
+        if self.seconds is not None and not (isinstance(self.seconds, numbers.Real)
+                                             and self.seconds >= 0):
+            raise ValueError(f"seconds: must be a non-negative number or None "
+                             f"(got {self.seconds!r})")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +112,9 @@ class MatrixRow:
         the row's own trials when it already does, None for a row without a detectable
         TV."""
         resolution = self.resolution_wanted if resolution is None else resolution
+        if isinstance(resolution, bool) or not isinstance(resolution, numbers.Real) \
+                or not 0.0 < resolution <= 1.0:
+            raise ValueError(f"resolution: must be a TV in (0, 1] (got {resolution!r})")
         if self.detectable_tv is None or not self.trials:
             return None
         if self.detectable_tv <= resolution * 1.005:   # the kit's plan rounds up to it
@@ -128,6 +147,9 @@ def battery_row(battery: Mapping, **fields) -> MatrixRow:
     if not isinstance(battery["passed"], bool):
         raise ValueError(f"battery['passed']: must be a bool (got {battery['passed']!r})")
     cases = [_case_interval(c) for c in battery["cases"]]
+    for k, c in enumerate(cases):
+        if any(x is not None and x != x for x in c):
+            raise ValueError(f"battery['cases'][{k}]: a TV or its interval is NaN")
     known = [c for c in cases if c[0] is not None]
     worst = max(known, key=lambda c: (c[1] or 0.0, c[0])) if known else (None,) * 4
     causes = [x for c in battery["cases"] for x in c.get("causes", ())]
@@ -326,16 +348,26 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1) -> di
             while pending and len(running) < parallel:
                 job = pending.pop(0)
                 files = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))
-                proc = subprocess.Popen([str(job.python), *job.args], stdout=files[0],
-                                        stderr=files[1], text=True, env=dict(job.env),
-                                        cwd=job.cwd)
+                try:
+                    proc = subprocess.Popen([str(job.python), *job.args], stdout=files[0],
+                                            stderr=files[1], text=True, env=dict(job.env),
+                                            cwd=job.cwd)
+                except OSError as exc:               # no interpreter, no such folder
+                    for f in files:
+                        f.close()
+                    raise JobFailed(f"{job.name}: cannot start {job.python} "
+                                    f"(cwd {job.cwd}): {exc}") from exc
                 running.append((job, proc, time.perf_counter(), files))
             time.sleep(poll)
             for item in list(running):
                 job, proc, t0, files = item
                 if proc.poll() is None:
                     if time.perf_counter() - t0 > job.timeout:
-                        raise JobFailed(f"{job.name}: no result within {job.timeout:g} s")
+                        proc.kill()
+                        proc.wait()
+                        stderr = files[1].seek(0) or files[1].read()
+                        raise JobFailed(f"{job.name}: no result within {job.timeout:g} s "
+                                        f"(killed); the end of its stderr: {stderr[-2000:]}")
                     continue
                 running.remove(item)
                 try:
