@@ -119,7 +119,7 @@ from scipy.special import ndtri
 from .laws import check_int, check_real
 from .kitstats import holm_adjust
 
-__all__ = ["ORDERINGS", "randomized_pit", "order_keys", "pooled_top_cells", "mean_pvalue",
+__all__ = ["ORDERINGS", "randomized_pit", "order_keys", "pooled_top_cells", "mean_pvalue", "laws_check",
            "ks_pvalue",
            "detectable_tv", "PerTokenCheck", "pertoken_test", "response_laws"]
 
@@ -629,3 +629,95 @@ def response_laws(model, prompt_tokens, tokens, settings) -> np.ndarray:
     seq = np.concatenate([prompt, resp[:-1]])
     logits = model.forward(seq[None])[0, prompt.size - 1:]
     return settings.laws(logits)
+
+
+def laws_check(p_laws: Sequence[np.ndarray], tokens: Sequence[np.ndarray], *,
+               max_tokens: int, rng, q_laws: Sequence[np.ndarray] | None = None,
+               false_alarm: float = 1e-6, power: float = 0.9, tolerance: float = 0.0,
+               extra: Mapping | None = None) -> PerTokenCheck:
+    """Per-token check of responses whose laws the caller computed (any engine's weights).
+
+    For each response ``r``: ``p_laws[r]`` (and ``q_laws[r]``) hold the target's (the
+    draft's) law of every emitted position; each token is transformed along the orderings
+    ``draft_over_target`` (when ``q_laws`` is given) and ``target``
+    (:func:`randomized_pit`, uniforms from ``rng``), a response that stopped before
+    ``max_tokens`` is padded with fresh uniforms (the same padding for every ordering, so
+    the number of values is fixed in advance), and :func:`pertoken_test` decides.
+
+    Parameters
+    ----------
+    p_laws : sequence of numpy.ndarray, each shape (n_r, V)
+        Row ``i`` of response ``r``: the law the decoder should sample token ``i`` from,
+        given the prompt and tokens ``0 .. i-1`` (the same temperature, top-k, top-p).
+    tokens : sequence of array_like of int, each shape (n_r,)
+        The emitted tokens, ``n_r <= max_tokens``.
+    max_tokens : int
+        Positions per response (the padding's length).
+    rng : numpy.random.Generator
+    q_laws : sequence of numpy.ndarray, optional
+        The draft's laws, shaped like ``p_laws`` (for the ``draft_over_target`` order).
+    false_alarm, power, tolerance : float
+        See :func:`pertoken_test`.
+    extra : mapping, optional
+        Stored on the result.
+
+    Returns
+    -------
+    PerTokenCheck
+
+    Raises
+    ------
+    ValueError
+        No responses, ``p_laws``/``tokens``/``q_laws`` of different lengths or shapes, a
+        response longer than ``max_tokens``, no token at all.
+
+    References
+    ----------
+    Rosenblatt (1952); Brockwell (2007), randomised PIT for discrete laws; see the module
+    docstring.
+    """
+    from .verify import check_rng
+
+    rng = check_rng(rng)
+    max_tokens = check_int(max_tokens, "max_tokens", minimum=1)
+    if len(p_laws) == 0:
+        raise ValueError("p_laws: need at least one response")
+    if len(tokens) != len(p_laws) or (q_laws is not None and len(q_laws) != len(p_laws)):
+        raise ValueError(f"p_laws, tokens, q_laws: need one entry per response each (got "
+                         f"{len(p_laws)}, {len(tokens)}"
+                         f"{'' if q_laws is None else f', {len(q_laws)}'})")
+    names = ("draft_over_target", "target") if q_laws is not None else ("target",)
+    values = {k: [] for k in names}
+    lengths, impossible = [], 0
+    for r, (p, toks) in enumerate(zip(p_laws, tokens)):
+        toks = np.asarray(toks, dtype=np.int64).ravel()
+        p = np.asarray(p, dtype=np.float64)
+        if toks.size > max_tokens:
+            raise ValueError(f"tokens[{r}]: {toks.size} tokens, more than max_tokens "
+                             f"({max_tokens})")
+        if p.ndim != 2 or p.shape[0] != toks.size:
+            raise ValueError(f"p_laws[{r}]: must have shape (tokens, V) = ({toks.size}, V) "
+                             f"(got {p.shape})")
+        q = None
+        if q_laws is not None:
+            q = np.asarray(q_laws[r], dtype=np.float64)
+            if q.shape != p.shape:
+                raise ValueError(f"q_laws[{r}]: must have the shape of p_laws[{r}] "
+                                 f"{p.shape} (got {q.shape})")
+        v = rng.random(toks.size)
+        if toks.size:
+            impossible += int((p[np.arange(toks.size), toks] <= 0).sum())
+        for k in names:
+            values[k].append(randomized_pit(p, toks, v, order_keys(k, p, q))
+                             if toks.size else np.zeros(0))
+        lengths.append(int(toks.size))
+    if not sum(lengths):
+        raise ValueError("tokens: no tokens were emitted (nothing to test)")
+    pads = [rng.random(max_tokens - n) for n in lengths]
+    pits = {k: np.concatenate([x for pair in zip(values[k], pads) for x in pair])
+            for k in names}
+    return pertoken_test(pits, tokens=sum(lengths), requests=len(p_laws),
+                         impossible=impossible, false_alarm=false_alarm, power=power,
+                         tolerance=tolerance, extra={"max_tokens": max_tokens,
+                                                     **dict(extra or {})})
+

@@ -353,3 +353,44 @@ def test_ks_catches_a_departure_the_mean_cannot_see():
     assert pt.ks_pvalue(u, tolerance=0.5) == 1.0
     with pytest.raises(ValueError, match="u: values must lie in"):
         pt.ks_pvalue([1.5])
+
+
+def _random_laws(rng, n, v):
+    x = rng.gamma(0.5, size=(n, v))
+    return x / x.sum(axis=1, keepdims=True)
+
+
+def test_laws_check_passes_exact_draws_and_fails_the_drafts_law():
+    rng = np.random.default_rng(11)
+    p_laws = [_random_laws(rng, 40, 6) for _ in range(60)]
+    q_laws = [_random_laws(rng, 40, 6) for _ in range(60)]
+    draw = lambda laws: [np.array([rng.choice(6, p=row) for row in law]) for law in laws]
+    exact = pt.laws_check(p_laws, draw(p_laws), max_tokens=40, rng=np.random.default_rng(1),
+                          q_laws=q_laws)
+    assert exact.passed and exact.tokens == 2400 and exact.requests == 60
+    # a decoder that emits the draft's law at every position (TV about 0.4 here)
+    wrong = pt.laws_check(p_laws, draw(q_laws), max_tokens=40, rng=np.random.default_rng(1),
+                          q_laws=q_laws)
+    assert not wrong.passed and wrong.pvalue < 1e-6
+    # short responses are padded: the same number of values, fewer tokens
+    short = pt.laws_check([p[:10] for p in p_laws], [t[:10] for t in draw(p_laws)],
+                          max_tokens=40, rng=np.random.default_rng(2))
+    assert short.tokens == 600 and short.positions == 2400
+    assert short.detectable_tv > exact.detectable_tv
+
+
+def test_laws_check_errors_name_the_argument():
+    law = np.full((3, 4), 0.25)
+    with pytest.raises(ValueError, match="p_laws: need at least one response"):
+        pt.laws_check([], [], max_tokens=3, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="one entry per response"):
+        pt.laws_check([law], [], max_tokens=3, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"tokens\[0\]: 3 tokens, more than max_tokens \(2\)"):
+        pt.laws_check([law], [[0, 1, 2]], max_tokens=2, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"p_laws\[0\]: must have shape \(tokens, V\) = \(2, V\)"):
+        pt.laws_check([law], [[0, 1]], max_tokens=3, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"q_laws\[0\]: must have the shape"):
+        pt.laws_check([law], [[0, 1, 2]], max_tokens=3, rng=np.random.default_rng(0),
+                      q_laws=[law[:2]])
+    with pytest.raises(ValueError, match="tokens: no tokens were emitted"):
+        pt.laws_check([law[:0]], [[]], max_tokens=3, rng=np.random.default_rng(0))

@@ -320,9 +320,7 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
     rng = check_rng(rng)
     if not responses:
         raise ValueError("responses: need at least one")
-    names = ("draft_over_target", "target") if draft is not None else ("target",)
-    values = {k: [] for k in names}
-    lengths, impossible = [], 0
+    p_laws, q_laws, tokens = [], [] if draft is not None else None, []
     with limit_blas_threads(1):
         for r in responses:
             toks = np.asarray(r.tokens, dtype=np.int64)
@@ -330,24 +328,21 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
                 raise ValueError(f"responses: seed {r.seed} has {toks.size} tokens, more "
                                  f"than max_tokens ({max_tokens})")
             prompt = encode(r.prompt)
-            p = pt.response_laws(target, prompt, toks, settings)
-            q = None if draft is None else pt.response_laws(draft, prompt, toks, settings)
-            v = rng.random(toks.size)
-            impossible += int((p[np.arange(toks.size), toks] <= 0).sum())
-            for k in names:
-                values[k].append(pt.randomized_pit(p, toks, v, pt.order_keys(k, p, q)))
-            lengths.append(int(toks.size))
-    pads = _pads(lengths, max_tokens, rng)     # the same padding for every ordering
-    pits = {k: _padded(values[k], pads) for k in names}
-    if not sum(lengths):
-        raise ValueError("responses: no tokens were emitted (nothing to test)")
-    return pt.pertoken_test(pits, tokens=max(1, sum(lengths)), requests=len(responses),
-                            impossible=impossible, false_alarm=false_alarm, power=power,
-                            tolerance=tolerance,
-                            extra={"settings": settings.to_dict(), "max_tokens": max_tokens,
-                                   "laws": "model", "target": target.name,
-                                   "draft": None if draft is None else draft.name,
-                                   **dict(extra or {})})
+            p_laws.append(pt.response_laws(target, prompt, toks, settings))
+            if draft is not None:
+                q_laws.append(pt.response_laws(draft, prompt, toks, settings))
+            tokens.append(toks)
+    try:
+        return pt.laws_check(p_laws, tokens, max_tokens=max_tokens, rng=rng, q_laws=q_laws,
+                             false_alarm=false_alarm, power=power, tolerance=tolerance,
+                             extra={"settings": settings.to_dict(), "laws": "model",
+                                    "target": target.name,
+                                    "draft": None if draft is None else draft.name,
+                                    **dict(extra or {})})
+    except ValueError as exc:
+        if "no tokens were emitted" in str(exc):
+            raise ValueError("responses: no tokens were emitted (nothing to test)") from None
+        raise
 
 
 def reported_pertoken_check(responses: Sequence[Response], *, max_tokens: int, rng,
