@@ -185,7 +185,7 @@ def _ov_setting(name, gamma, passed, control=False, means=None):
 def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts():
     summary = {"version": "2026.4.1.0", "settings": {
         "reference": _ov_setting("reference", None, True),
-        "t1_g2": _ov_setting("t1_g2", 2, False, means={"draft_over_target": 0.25}),
+        "t1_g2": _ov_setting("t1_g2", 2, False, means={"target": 0.672}),
         "control": _ov_setting("control", 3, False, control=True)},
         "prefix_caching": {"requests": 20, "errors": 14, "first_error": "Check 'x' failed",
                            "prefix_caching": "pipeline default", "seconds": 9.0}}
@@ -193,7 +193,7 @@ def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts
     assert [r.verdict for r in rows] == ["PASS", "FAIL", "ABORTS"]
     ref, spec, aborts = rows
     assert ref.control == "-" and "no draft" in ref.setting and ref.trials == 2000
-    assert spec.control == "control: FAIL, as it must" and "0.250" in spec.note
+    assert spec.control == "control: FAIL, as it must" and "0.672" in spec.note
     assert "num_assistant_tokens 2" in spec.setting and "reports/o.md" in spec.note
     assert aborts.trials == 20 and aborts.note.startswith("14 of 20 requests raised")
     summary["prefix_caching"] = {"requests": 20, "errors": 0, "first_error": None,

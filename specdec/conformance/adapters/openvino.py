@@ -37,8 +37,12 @@ decoding raises ``Check 'content_length <= prompt_ids.size() + m_generated_ids.s
 failed at src/cpp/src/sequence_group.cpp:32`` in most requests of 20 tokens, and after the
 first such error the pipeline proposes no draft token any more (it silently decodes with the
 target alone); ``SchedulerConfig(enable_prefix_caching=True)`` reproduces it, greedy decoding
-does not (:func:`prefix_caching_probe`, the ``as shipped`` row; reports/openvino-genai-prefix-
-caching.md).
+does not (:func:`prefix_caching_probe`, the ``ABORTS`` row of the matrix).
+
+What was found (reports/openvino-genai-speculative-sampling.md): without the draft the
+pipeline passes (its tokens follow the target's law within the check's resolution); with the
+draft every sampled setting fails, also when the draft is the target itself
+(``--draft-noise 0``), and the same ``rng_seed`` does not repeat a response.
 
 The rule (:data:`RULE`) is a black box: the speculative sampling is C++ inside
 ``libopenvino_genai.so`` and its sources were not read (the openvino.genai repository was not
@@ -84,10 +88,14 @@ RULE = (
     ("draft", "num_assistant_tokens draft tokens per cycle from the draft model with the same "
      "GenerationConfig (temperature, top-k) as the target", "black box, observed: "
      "extended_perf_metrics.get_num_draft_tokens()"),
-    ("verification", "not read: the per-token check decides whether the emitted law is the "
-     "target's", "black box, sources not read"),
-    ("seed", "GenerationConfig.rng_seed seeds each request: the same seed repeats the response, "
-     "another changes it", "observed"),
+    ("verification", "not read. Observed: at temperature > 0 the emitted tokens do not follow "
+     "the target's law (they are less probable under it than they should be), and with the "
+     "draft identical to the target about 40% of draft tokens are rejected, where the rule of "
+     "Leviathan et al. (accept with min(1, p/q)) rejects none", "black box, sources not read; "
+     "per-token check, --draft-noise 0"),
+    ("seed", "GenerationConfig.rng_seed seeds each request without the draft (the same seed "
+     "repeats the response); with the draft the same seed gives another response each time",
+     "observed (seed_check)"),
     ("prefix caching", "with the scheduler LLMPipeline chooses by default (prefix caching on), "
      "sampled requests raise at sequence_group.cpp:32 and the pipeline drafts no more "
      "afterwards", "observed (prefix_caching_probe)"),
@@ -726,10 +734,13 @@ def run_all(*, seed: int = 0, requests: int = 200, tokens: int = 200,
     pipes = {True: _pipeline(folder, draft=True), False: _pipeline(folder, draft=False)}
 
     # the seed: the same one repeats a response, another changes it
-    rep = decode(pipes[True], [prompts[0]] * 3, [seeds[0], seeds[0], seeds[1]],
-                 Setting("seed", gamma=3), 30, cfg.vocab)["tokens"]
-    seed_check = {"same_seed_repeats": bool(np.array_equal(rep[0], rep[1])),
-                  "other_seed_differs": not np.array_equal(rep[0], rep[2])}
+    seed_check = {}
+    for draft in (False, True):
+        rep = decode(pipes[draft], [prompts[0]] * 3, [seeds[0], seeds[0], seeds[1]],
+                     Setting("seed", gamma=3 if draft else None), 30, cfg.vocab)["tokens"]
+        tag = "draft" if draft else "no_draft"
+        seed_check[f"{tag}_same_seed_repeats"] = bool(np.array_equal(rep[0], rep[1]))
+        seed_check[f"{tag}_other_seed_differs"] = not np.array_equal(rep[0], rep[2])
 
     t1 = time.perf_counter()
     ref10 = decode(pipes[False], prompts[:10], seeds[:10], Setting("ref", gamma=None), tokens,
@@ -789,7 +800,7 @@ def run_all(*, seed: int = 0, requests: int = 200, tokens: int = 200,
             "seed_check": seed_check, "settings": results, "prefix_caching": probe,
             "seconds": {"build": round(t_build, 1), "tolerance": round(t_tol, 1),
                         "total": round(time.perf_counter() - t0, 1)},
-            "verdict": "PASS" if ok and spec_ok and all(seed_check.values()) else "FAIL"}
+            "verdict": "PASS" if ok and spec_ok else "FAIL"}
 
 
 def main(argv=None) -> int:
@@ -807,6 +818,9 @@ def main(argv=None) -> int:
                     "twice the measured disagreement)")
     ap.add_argument("--probe-requests", type=int, default=20,
                     help="requests of the prefix-caching probe (0: skip)")
+    ap.add_argument("--draft-noise", type=float, default=TinyConfig.draft_noise,
+                    help="the draft's weights are the target's plus this much noise (0: the "
+                         "draft is the target)")
     args = ap.parse_args(argv)
     by_name = {s.name: s for s in SETTINGS}
     if args.seed < 0:
@@ -819,6 +833,8 @@ def main(argv=None) -> int:
         ap.error("--probe-requests: must be >= 0")
     if args.tolerance is not None and not 0 <= args.tolerance <= 1:
         ap.error("--tolerance: must be in [0, 1]")
+    if not args.draft_noise >= 0:
+        ap.error("--draft-noise: must be >= 0")
     names = [n for n in args.settings.split(",") if n]
     unknown = [n for n in names if n not in by_name]
     if unknown or not names:
@@ -831,7 +847,8 @@ def main(argv=None) -> int:
         return 2
     summary = run_all(seed=args.seed, requests=args.requests, tokens=args.tokens,
                       settings=[by_name[n] for n in names], tolerance=args.tolerance,
-                      probe_requests=args.probe_requests)
+                      probe_requests=args.probe_requests,
+                      cfg=TinyConfig(draft_noise=args.draft_noise))
     json.dump(summary, sys.stdout, indent=1)
     print()
     return 0 if summary["verdict"] == "PASS" else 1
