@@ -42,7 +42,8 @@ does not (:func:`prefix_caching_probe`, the ``ABORTS`` row of the matrix).
 What was found (reports/openvino-genai-speculative-sampling.md): without the draft the
 pipeline passes (its tokens follow the target's law within the check's resolution); with the
 draft every sampled setting fails, also when the draft is the target itself
-(``--draft-noise 0``), and the same ``rng_seed`` does not repeat a response.
+(``--draft-noise 0``); with the draft the same ``rng_seed`` does not always repeat a
+response.
 
 The rule (:data:`RULE`) is a black box: the speculative sampling is C++ inside
 ``libopenvino_genai.so`` and its sources were not read (the openvino.genai repository was not
@@ -93,8 +94,9 @@ RULE = (
      "draft identical to the target about 40% of draft tokens are rejected, where the rule of "
      "Leviathan et al. (accept with min(1, p/q)) rejects none", "black box, sources not read; "
      "per-token check, --draft-noise 0"),
-    ("seed", "GenerationConfig.rng_seed seeds each request without the draft (the same seed "
-     "repeats the response); with the draft the same seed gives another response each time",
+    ("seed", "GenerationConfig.rng_seed seeds each request: without the draft the same seed "
+     "repeated the response in every check; with the draft it did in some runs and not in "
+     "others (seed 0: two calls, two responses; four calls of one seed, four responses)",
      "observed (seed_check)"),
     ("prefix caching", "with the scheduler LLMPipeline chooses by default (prefix caching on), "
      "sampled requests raise at sequence_group.cpp:32 and the pipeline drafts no more "
