@@ -169,3 +169,14 @@ def test_the_pipeline_on_small_inputs(engine_python):
     assert s["t1_g2"]["drafted"] > 0 and s["t1_g2"]["undrafted_responses"] == 0
     assert out["tolerance"]["max_tv"] < 1e-4
     assert out["models"]["paged_attention"] == {"paged_attention": 2, "sdpa_left": 0}
+
+
+def test_the_stored_summary_reads_as_matrix_rows():
+    from specdec.conformance import matrix as mx
+
+    summary = json.loads((ROOT / "reports" / "openvino-genai-summary-seed2026.json").read_text())
+    rows = mx.openvino_rows(summary, rule="black box")
+    assert [r.verdict for r in rows] == ["PASS", "FAIL", "FAIL", "FAIL", "FAIL", "ABORTS"]
+    assert rows[0].detectable_tv < 0.03 and rows[0].trials == 20000
+    assert all(r.control.endswith("FAIL, as it must") for r in rows[1:5])
+    assert summary["tolerance"]["max_tv"] < 1e-5
