@@ -290,7 +290,7 @@ def openvino_rows(summary: Mapping, *, rule: str,
             interface="LLMPipeline.generate, seeded; every emitted token tested",
             setting=setting, rule=rule, verdict="PASS" if s["passed"] else "FAIL",
             detectable_tv=chk["detectable_tv"], trials=chk["tokens"], seconds=s["seconds"],
-            control=control if st["gamma"] is not None else "-", note=note))
+            control=control, note=note))
     probe = summary.get("prefix_caching")
     if probe and probe["errors"]:
         rows.append(MatrixRow(

@@ -218,7 +218,9 @@ SETTINGS = (
     Setting("t1_g4", gamma=4),
     Setting("t07_g3", temperature=0.7, gamma=3),
     Setting("topk20_g3", top_k=20, gamma=3),
-    Setting("control_t07_law_t1", temperature=0.7, gamma=3, law_temperature=1.0),
+    # the control runs the reference path (no draft), the one that passes: a pass is only
+    # shown to mean something by a failing control of the same path
+    Setting("control_t07_law_t1", temperature=0.7, gamma=None, law_temperature=1.0),
 )
 
 
