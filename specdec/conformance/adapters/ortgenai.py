@@ -394,44 +394,67 @@ def _tokenizer():
                                    unk_token="t0", pad_token="t0")
 
 
-def build_models(folder: Path | None = None, *, log=None) -> Path:
-    """Build (or reuse) the tiny models and the speculative folders.
+def build_models(folder: Path | None = None, names=None, *, log=None) -> Path:
+    """Build (or reuse) the tiny models ``names`` (default: all of them).
 
     Layout under ``folder``: ``hf/<name>`` (transformers), ``onnx/<name>`` (the builder's
-    export), ``spec/<draft>_K<k>`` (made on demand by :func:`_spec_folder`). A marker file
-    ``built.json`` is written last, so an interrupted build is redone.
+    export, its output in ``onnx/<name>.log``), ``spec/<draft>_K<k>`` (made on demand by
+    :func:`_spec_folder`). A model counts as built once its marker ``onnx/<name>.json`` is
+    written, after the builder succeeded, so an interrupted build is redone.
+
+    Parameters
+    ----------
+    folder : path, optional
+        Default :func:`models_dir` (a cache keyed by the models' configurations).
+    names : iterable of str, optional
+        Keys of the model table: ``"target"``, ``"close"``, ``"small"``.
+    log : callable, optional
+        Called with one line per model built.
+
+    Returns
+    -------
+    pathlib.Path
+        ``folder``.
 
     Raises
     ------
+    ValueError
+        An unknown model name.
     RuntimeError
-        If the model builder fails (its output is in ``onnx/<name>.log``).
+        If the model builder fails.
     """
     folder = Path(folder) if folder is not None else models_dir()
-    if (folder / "built.json").exists():
-        return folder
-    if folder.exists():
-        shutil.rmtree(folder)
-    (folder / "onnx").mkdir(parents=True)
-    t0 = time.perf_counter()
-    tok = _tokenizer()
-    for name in _MODELS:
-        hf = folder / "hf" / name
+    names = list(_MODELS) if names is None else list(names)
+    for name in names:
+        if name not in _MODELS:
+            raise ValueError(f"names: {name!r} is not one of {', '.join(_MODELS)}")
+    (folder / "onnx").mkdir(parents=True, exist_ok=True)
+    tok = None
+    for name in names:
+        marker = folder / "onnx" / f"{name}.json"
+        if marker.exists():
+            continue
+        t0 = time.perf_counter()
+        hf, out = folder / "hf" / name, folder / "onnx" / name
+        for d in (hf, out):
+            shutil.rmtree(d, ignore_errors=True)
+        tok = tok or _tokenizer()
         _hf_model(name).save_pretrained(hf)
         tok.save_pretrained(hf)
-        out = folder / "onnx" / name
         logf = folder / "onnx" / f"{name}.log"
         with open(logf, "w") as fh:
             proc = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder",
                                    "-i", str(hf), "-o", str(out), "-p", "fp32", "-e", "cpu",
                                    "-c", str(folder / "cache")], stdout=fh,
-                                  stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                                  stderr=subprocess.STDOUT,
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if proc.returncode != 0:
             raise RuntimeError(f"ortgenai: the model builder failed for {name}; see {logf}")
+        shutil.rmtree(folder / "cache", ignore_errors=True)
+        marker.write_text(json.dumps({"key": _models_key(), "model": name,
+                                      "seconds": round(time.perf_counter() - t0, 1)}))
         if log:
             log(f"built {name} ({time.perf_counter() - t0:.0f} s)")
-    shutil.rmtree(folder / "cache", ignore_errors=True)
-    (folder / "built.json").write_text(json.dumps({"key": _models_key(),
-                                                   "seconds": round(time.perf_counter() - t0, 1)}))
     return folder
 
 
@@ -569,7 +592,7 @@ def run_setting(name: str, setting: Setting, *, requests: int, tokens: int, seed
     return out
 
 
-def run_all(*, seed: int = 0, requests: int = 1250, tokens: int = 32, settings=None,
+def run_all(*, seed: int = 0, requests: int = 1500, tokens: int = 32, settings=None,
             folder: Path | None = None, log=None) -> dict:
     """Every setting of :data:`SETTINGS` (or ``settings``, names), with the control.
 
@@ -595,11 +618,12 @@ def run_all(*, seed: int = 0, requests: int = 1250, tokens: int = 32, settings=N
     ver = check_version()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    folder = build_models(folder, log=log)
+    needed = ["target"] + sorted({SETTINGS[n].draft for n in names})
+    folder = build_models(folder, needed, log=log)
     build_s = time.perf_counter() - t0
     from transformers import LlamaForCausalLM
 
-    hf = {name: LlamaForCausalLM.from_pretrained(folder / "hf" / name).eval() for name in _MODELS}
+    hf = {name: LlamaForCausalLM.from_pretrained(folder / "hf" / name).eval() for name in needed}
     res = []
     for n in names:
         res.append({"name": n, **run_setting(n, SETTINGS[n], requests=requests, tokens=tokens,
@@ -623,7 +647,7 @@ def main(argv=None) -> int:
                                  description="Check ONNX Runtime GenAI's draft-model speculative "
                                              "decoding per token on tiny models built here.")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--requests", type=int, default=1250)
+    ap.add_argument("--requests", type=int, default=1500)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--models", default=None, help="folder of the built models (a cache)")
