@@ -198,3 +198,9 @@ def test_a_short_run_passes_with_a_tiny_numerical_tolerance(engine_python):
     assert 0 < rows["speculative"]["tokens"] <= 60 * 16
     assert rows["speculative"]["engine_stats"]["draft_tokens_accepted"] > 0
     assert 0 <= s["tolerance"] < 1e-4
+
+
+def test_the_engine_has_left_the_not_run_list():
+    data = json.loads((ROOT / "specdec" / "conformance" / "adapters" / "unavailable.json")
+                      .read_text())
+    assert "onnxruntime-genai" not in {row["engine"] for row in data["engines"]}

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
-           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "hf_rows",
+           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "ortgenai_rows",
+           "hf_rows",
            "unavailable_rows"]
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
@@ -257,6 +258,60 @@ def llama_speculative_rows(summary: Mapping, *, report: str,
             f"temperature mismatch: {'FAIL, as it must' if not control['passed'] else 'pass: the control missed'}"),
         note=(f"per-token TV of the rule read from the code {rule_tv:.2f} ({report})"
               if summary["verdict"] == "FAIL" and rule_tv is not None else ""))]
+
+
+def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.ortgenai`'s summary: per setting the
+    speculative row (draft model, with the setting's control when it has one) and the
+    reference row (the same requests without a draft).
+
+    Parameters
+    ----------
+    summary : mapping
+        What ``python -m specdec.conformance.adapters.ortgenai`` prints.
+    rule : str
+        One line for the speculative rule.
+    report : str
+        The report draft a failing speculative row points to.
+
+    Raises
+    ------
+    ValueError
+        A setting without its speculative or reference row.
+    """
+    rows = []
+    for s in summary["settings"]:
+        by = {r["row"]: r for r in s["rows"]}
+        for need in ("speculative", "reference"):
+            if need not in by:
+                raise ValueError(f"summary: setting {s.get('name')!r} has no {need} row")
+        st = s["setting"]
+        setting = (f"{st['draft']} draft, temperature {st['temperature']:g}, top-k "
+                   f"{st['top_k']}, top-p {st['top_p']:g}, K = {st['k']}")
+        ctl = by.get("control")
+        control = "-" if ctl is None else (
+            "temperature 1, no truncation: "
+            + ("FAIL, as it must" if not ctl["passed"] else "pass: the control missed"))
+        tol = s.get("tolerance")
+        tol_text = "" if tol is None else f"tolerance {tol:.1e} (engine logits vs torch)"
+        for key in ("speculative", "reference"):
+            r = by[key]
+            note = tol_text
+            if key == "speculative" and r.get("acceptance_rate") is not None:
+                note = f"acceptance {r['acceptance_rate']:.2f}; " + note
+            if not r["passed"] and report:
+                note = f"{report}; " + note
+            rows.append(MatrixRow(
+                implementation="ONNX Runtime GenAI", version=summary["version"],
+                interface="og.Generator, generate_next_token loop, seeded; every emitted "
+                          "token tested",
+                setting=setting + ("; draft model (model.draft)" if key == "speculative"
+                                   else "; no draft (reference)"),
+                rule=rule if key == "speculative" else "plain sampling (reference)",
+                verdict="PASS" if r["passed"] else "FAIL",
+                detectable_tv=r["detectable_tv"], trials=r["tokens"], seconds=r.get("seconds"),
+                control=control if key == "speculative" else "-", note=note))
+    return rows
 
 
 def hf_rows(summaries: Mapping[str, Mapping], labels: Mapping[str, str], *,

@@ -34,7 +34,7 @@ newest snapshot that could be read here, not the 0.18.0 release itself, whose be
 the run tests end to end):
 
 * the draft proposes K tokens, each sampled from its own truncated law ``q_i`` and
-  returned with it (``base_speculative_strategy.cpp``, ``Propose``);
+  returned with it (``base_speculative_strategy.cpp:58-104``, ``Propose``);
 * the target's rows give ``p_i`` through the same truncation
   (``sampling_distribution.h:233``, ``ComputeSampledCategorical``: top-k logits, softmax at
   the temperature, the top-p prefix within them, renormalised);
@@ -43,7 +43,7 @@ the run tests end to end):
 * at the first rejection the token is drawn from ``max(0, p_i - q_i)`` over the target's
   kept tokens, normalised (``speculative_sampling.h:39-57``, ``SampleCorrectionToken``);
   after K acceptances a bonus token is drawn from ``p_K``
-  (``speculative_decoding_strategy.cpp:753-761``).
+  (``speculative_decoding_strategy.cpp:750-757``).
 
 That is the rejection rule of Leviathan et al. and Chen et al. on truncated laws, exact
 for the truncated target law. The Python package has a second speculative path, the
@@ -92,15 +92,15 @@ SOURCE_COMMIT = "a0c04eb1313b886c963e415bbd974748cb89a4eb"
 #: The rule as read from the sources: (step, what it does, where: file:line under src/).
 RULE = (
     ("strategy", "model.draft in genai_config.json selects the speculative strategy; "
-     "speculative.max_draft_tokens is K", "docs/speculative_decoding.md, decoding_strategy.cpp"),
+     "speculative.max_draft_tokens is K", "docs/speculative_decoding.md, decoding_strategy.cpp:29"),
     ("laws", "p and q truncated alike: top-k logits, softmax at the temperature, top-p prefix "
-     "within them, renormalised", "sampling_distribution.h:233-284"),
+     "within them, renormalised", "sampling_distribution.h:233-297"),
     ("accept test", "draft token d accepted when U < min(1, p(d) / q(d)), U uniform",
      "speculative_decoding_strategy.cpp:727-729, speculative_sampling.h:140-146"),
     ("rejection", "token drawn from max(0, p - q) on the target's kept tokens, normalised",
      "speculative_decoding_strategy.cpp:739-742, speculative_sampling.h:39-57"),
     ("bonus", "after K acceptances a token drawn from p_K",
-     "speculative_decoding_strategy.cpp:753-761"),
+     "speculative_decoding_strategy.cpp:750-757"),
     ("caller-proposed drafts", "Request.set_draft_tokens (tokens, no law): matching rule, "
      "sample the target and keep drafts while equal (not exercised)",
      "speculative_sampling.h:96-127"),
@@ -204,7 +204,7 @@ def check_version(expected: str = PINNED) -> str:
 def truncated_law(logits, temperature: float, top_k: int, top_p: float = 1.0) -> np.ndarray:
     """The law ONNX Runtime GenAI samples from, row by row, in float64.
 
-    As ``ComputeSampledCategorical`` (sampling_distribution.h:233-284): keep the ``top_k``
+    As ``ComputeSampledCategorical`` (sampling_distribution.h:233-297): keep the ``top_k``
     largest logits (all of them when ``top_k`` is the vocabulary), softmax at
     ``temperature``, then (``top_p < 1``) the shortest prefix in decreasing probability
     whose mass reaches ``top_p``, renormalised.
