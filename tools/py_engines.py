@@ -150,7 +150,7 @@ ENGINES: dict[str, Engine] = {
         (*_TRANSFORMERS_STACK, "onnxruntime-genai==0.18.0", "onnxruntime==1.32.0",
          "onnx==1.23.2", "onnx-ir==1.1.0", "protobuf==7.36.2", "flatbuffers==25.12.19",
          "ml_dtypes==0.7.0"),
-        "import onnxruntime_genai as og; print(og.__version__)",
+        "import onnxruntime_genai as og, onnxruntime_genai.models.builder; print(og.__version__)",
         pip_args=("--no-deps",),
         notes="onnxruntime-genai 0.18.0 requires onnxruntime>=1.31.0 and numpy (1.32.0 is "
               "the newest onnxruntime); its model builder (onnxruntime_genai.models.builder) "

@@ -1,4 +1,4 @@
-"""ONNX Runtime GenAI's draft-model speculative decoding (onnxruntime-genai 0.18.0), checked per token.
+"""ONNX Runtime GenAI's draft-model speculative decoding (onnxruntime-genai 0.18.0), per token.
 
 ONNX Runtime GenAI turns speculative decoding on when the model folder's
 ``genai_config.json`` has a ``model.draft`` decoder beside ``model.decoder`` and a
@@ -52,6 +52,13 @@ for the truncated target law. The Python package has a second speculative path, 
 operation"); without ``q`` the engine can only use the matching rule
 (``speculative_sampling.h:96-127``, ``VerifyDeterministicProposal``: sample the target and
 keep the draft while they agree). That path is not exercised here.
+
+At seed 0 (1500 requests of 32 tokens per row, ``reports/ortgenai-summary-seed0.json``)
+every speculative and reference row passes at a detectable per-token TV of 0.020 (about
+43,500 tokens a row; acceptance 0.68, 0.43 and 0.68), the measured tolerance is 2e-6, and
+the control fails (p-value 0); about a minute once the models are built (another minute).
+Building them found a defect of the model builder, not of the rule
+(``reports/onnxruntime-genai-builder-lm-head.md``; see :data:`VOCAB`).
 
 Requires the engine environment of ``tools/py_engines.py`` (``ortgenai``); run
 ``python -m specdec.conformance.adapters.ortgenai`` with its interpreter for a JSON summary.
@@ -642,7 +649,7 @@ def run_all(*, seed: int = 0, requests: int = 1500, tokens: int = 32, settings=N
 
 
 def main(argv=None) -> int:
-    """``python -m specdec.conformance.adapters.ortgenai [--seed N] [...]``: print the JSON summary."""
+    """``python -m specdec.conformance.adapters.ortgenai [--seed N] [...]``: the JSON summary."""
     ap = argparse.ArgumentParser(prog="python -m specdec.conformance.adapters.ortgenai",
                                  description="Check ONNX Runtime GenAI's draft-model speculative "
                                              "decoding per token on tiny models built here.")
