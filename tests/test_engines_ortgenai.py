@@ -174,6 +174,20 @@ def test_the_models_cache_is_keyed_by_their_configurations(monkeypatch, tmp_path
         adapter.build_models(tmp_path, ["huge"])
 
 
+def test_the_caller_proposed_path_says_why_it_is_not_run_with_the_errors():
+    cd = adapter.CALLER_DRAFTS
+    assert cd["status"] == "not run" and "set_draft_tokens" in cd["interface"]
+    assert cd["rule"].startswith("matching") and "speculative_sampling.h:96-127" in cd["rule"]
+    errors = " | ".join(t["error"] for t in cd["tried"])
+    for text in ("This engine does not support speculative draft verification.",
+                 "Paged cache input must have rank four",
+                 "PagedAttention (use_paged_attention=true) requires CUDA with FP16/BF16 or "
+                 "WebGPU with FP16, not (cpu, FLOAT).",
+                 "A per-turn seed requires an Engine configured for dynamic batching."):
+        assert text in errors
+    assert all(t["what"] and t["error"] for t in cd["tried"]) and "CUDA" in cd["reason"]
+
+
 @pytest.fixture(scope="module")
 def engine_python():
     if not py_engines.ready("ortgenai"):
@@ -198,6 +212,10 @@ def test_a_short_run_passes_with_a_tiny_numerical_tolerance(engine_python):
     assert 0 < rows["speculative"]["tokens"] <= 60 * 16
     assert rows["speculative"]["engine_stats"]["draft_tokens_accepted"] > 0
     assert 0 <= s["tolerance"] < 1e-4
+    # the Engine API's caller-proposed drafts are still refused on this CPU (CALLER_DRAFTS)
+    probe = out["caller_drafts"]["probe"]
+    assert probe == {"max_draft_tokens_per_proposal": 0, "set_draft_tokens":
+                     "This engine does not support speculative draft verification."}
 
 
 def test_the_engine_has_left_the_not_run_list():

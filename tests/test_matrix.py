@@ -136,6 +136,17 @@ def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
                            rule="r", report="reports/onnxruntime-genai-x.md")
     assert bad[0].verdict == "FAIL" and bad[0].note.startswith("reports/onnxruntime-genai-x.md; ")
     assert bad[0].control == "-"
+    from specdec.conformance.adapters import ortgenai
+
+    with_caller = _ortgenai_summary()
+    with_caller["caller_drafts"] = {**ortgenai.CALLER_DRAFTS,
+                                    "probe": {"set_draft_tokens": "This engine does not "
+                                              "support speculative draft verification."}}
+    *_, nr = mx.ortgenai_rows(with_caller, rule="r")
+    assert nr.verdict == "NOT RUN" and nr.interface.startswith("og.Engine + Request.set_draft")
+    assert "evidence: " in nr.note and "requires CUDA with FP16/BF16" in nr.note
+    assert nr.note.endswith("this run's probe: This engine does not support speculative draft "
+                            "verification.")
     broken = _ortgenai_summary()
     broken["settings"][0]["rows"] = broken["settings"][0]["rows"][:1]
     with pytest.raises(ValueError, match=r"^summary: setting 'close_T1_K4' has no reference row"):

@@ -263,7 +263,8 @@ def llama_speculative_rows(summary: Mapping, *, report: str,
 def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[MatrixRow]:
     """Rows of :mod:`specdec.conformance.adapters.ortgenai`'s summary: per setting the
     speculative row (draft model, with the setting's control when it has one) and the
-    reference row (the same requests without a draft).
+    reference row (the same requests without a draft); then a "not run" row for the
+    Engine API's caller-proposed drafts, with its evidence, when the summary has it.
 
     Parameters
     ----------
@@ -311,6 +312,16 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
                 verdict="PASS" if r["passed"] else "FAIL",
                 detectable_tv=r["detectable_tv"], trials=r["tokens"], seconds=r.get("seconds"),
                 control=control if key == "speculative" else "-", note=note))
+    cd = summary.get("caller_drafts")
+    if cd:
+        probe = cd.get("probe", {})
+        seen = f"; this run's probe: {probe['set_draft_tokens']}" if "set_draft_tokens" in probe \
+            else ""
+        rows.append(MatrixRow(
+            implementation="ONNX Runtime GenAI", version=summary["version"],
+            interface=cd["interface"], setting="-", rule=cd["rule"], verdict="NOT RUN",
+            note=f"{cd['reason']} (evidence: "
+                 + "; ".join(f"{t['what']}: {t['error']}" for t in cd["tried"]) + f"){seen}"))
     return rows
 
 

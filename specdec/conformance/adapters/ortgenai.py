@@ -51,7 +51,8 @@ for the truncated target law. The Python package has a second speculative path, 
 (``Request.set_draft_tokens``, "Propose speculative draft tokens for the next decode
 operation"); without ``q`` the engine can only use the matching rule
 (``speculative_sampling.h:96-127``, ``VerifyDeterministicProposal``: sample the target and
-keep the draft while they agree). That path is not exercised here.
+keep the draft while they agree). That path cannot run on this CPU with models the
+builder makes (:data:`CALLER_DRAFTS`, probed again by every run: :func:`probe_caller_drafts`).
 
 At seed 0 (1500 requests of 32 tokens per row, ``reports/ortgenai-summary-seed0.json``)
 every speculative and reference row passes at a detectable per-token TV of 0.020 (about
@@ -86,7 +87,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PINNED", "SOURCE_COMMIT", "RULE", "VOCAB", "Setting", "SETTINGS", "version",
+__all__ = ["PINNED", "SOURCE_COMMIT", "RULE", "CALLER_DRAFTS", "VOCAB", "Setting", "SETTINGS",
+           "version", "probe_caller_drafts",
            "check_version", "truncated_law", "read_response", "spec_config", "build_models",
            "run_setting", "run_all", "main"]
 
@@ -112,6 +114,38 @@ RULE = (
      "sample the target and keep drafts while equal (not exercised)",
      "speculative_sampling.h:96-127"),
 )
+
+#: Why the Engine API's caller-proposed drafts (``Request.set_draft_tokens``) are not run:
+#: what was tried with onnxruntime-genai 0.18.0 on this CPU and the exact errors.
+CALLER_DRAFTS = {
+    "interface": "og.Engine + Request.set_draft_tokens (the caller proposes tokens, no law)",
+    "rule": "matching: the target samples each position and drafts are kept while equal "
+            "(speculative_sampling.h:96-127, VerifyDeterministicProposal; the only rule "
+            "possible without the draft's probabilities)",
+    "status": "not run",
+    "tried": [
+        {"what": "og.Engine on the builder's CPU fp32 export (static batching)",
+         "error": "Engine.max_draft_tokens_per_proposal() returns 0 ('zero when "
+                  "unsupported'); after one Engine.run, Request.set_draft_tokens raises "
+                  "RuntimeError: This engine does not support speculative draft "
+                  "verification."},
+        {"what": "the same export with engine.dynamic_batching (block_size 16, num_blocks "
+                 "64, max_batch_size 2) in genai_config.json",
+         "error": "RuntimeError: Paged cache input must have rank four and a static "
+                  "physical head width: past_key_values.0.key"},
+        {"what": "a paged export for dynamic batching: builder --extra_options "
+                 "use_paged_attention=true -p fp32 -e cpu",
+         "error": "NotImplementedError: PagedAttention (use_paged_attention=true) requires "
+                  "CUDA with FP16/BF16 or WebGPU with FP16, not (cpu, FLOAT). "
+                  "(models/builders/base.py:760-770)"},
+        {"what": "a per-turn seed on the static engine (TurnOptions.set_seed)",
+         "error": "RuntimeError: A per-turn seed requires an Engine configured for dynamic "
+                  "batching."},
+    ],
+    "reason": "caller-proposed drafts need the dynamic-batching Engine, which needs a "
+              "PagedAttention export, which the 0.18.0 builder makes only for CUDA or WebGPU "
+              "(no accelerator here); the static Engine has no seed either",
+}
 
 #: Vocabulary of the tiny models (token 2 ends a sequence). It must differ from every
 #: linear layer's output width (64, 32, 128):
@@ -541,6 +575,33 @@ def _engine_tv(og, model, prompts, responses, torch_logits, s: Setting) -> float
     return worst
 
 
+def probe_caller_drafts(og, folder: Path) -> dict:
+    """Try ``Request.set_draft_tokens`` on the static Engine of the target's export.
+
+    Returns
+    -------
+    dict
+        ``max_draft_tokens_per_proposal`` (0: unsupported) and ``set_draft_tokens``: the
+        engine's error text, or ``"accepted"`` (then :data:`CALLER_DRAFTS` is out of date
+        and an adapter for that path is due).
+    """
+    engine = og.Engine(og.Model(str(folder / "onnx" / "target")))
+    out = {"max_draft_tokens_per_proposal": int(engine.max_draft_tokens_per_proposal())}
+    req = engine.create_request()
+    opts = og.TurnOptions(req)
+    opts.set_do_sample(True)
+    opts.set_top_k(VOCAB)
+    opts.set_max_generated_tokens(4)
+    req.begin_turn(np.array([5, 9, 11], dtype=np.int32), opts)
+    engine.run(engine.create_event_buffer(16))        # the request is now ready to decode
+    try:
+        req.set_draft_tokens(np.array([3, 4], dtype=np.int32))
+        out["set_draft_tokens"] = "accepted"
+    except RuntimeError as exc:
+        out["set_draft_tokens"] = str(exc)
+    return out
+
+
 def run_setting(name: str, setting: Setting, *, requests: int, tokens: int, seed: int,
                 folder: Path, hf: dict, tv_sample: int = 40, control: bool = False) -> dict:
     """One setting: the speculative row, the reference row (plain target) and, with
@@ -639,12 +700,15 @@ def run_all(*, seed: int = 0, requests: int = 1500, tokens: int = 32, settings=N
         if log:
             log(f"{n}: " + ", ".join(f"{r['row']} {'pass' if r['passed'] else 'FAIL'}"
                                      for r in res[-1]["rows"]))
+    import onnxruntime_genai as og
+
+    caller = {**CALLER_DRAFTS, "probe": probe_caller_drafts(og, folder)}
     return {"engine": "onnxruntime-genai", "version": ver, "seed": seed, "requests": requests,
             "tokens": tokens, "source_commit": SOURCE_COMMIT,
             "rule": [{"step": s, "rule": r, "where": w} for s, r, w in RULE],
             "models": {k: dict(zip(("seed", "hidden", "layers", "derived"), v))
                        for k, v in _MODELS.items()},
-            "build_seconds": round(build_s, 1), "settings": res,
+            "build_seconds": round(build_s, 1), "settings": res, "caller_drafts": caller,
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
