@@ -207,7 +207,7 @@ def test_a_short_run_passes_with_a_tiny_numerical_tolerance(engine_python):
     assert out["version"] == adapter.PINNED
     (s,) = out["settings"]
     rows = {r["row"]: r for r in s["rows"]}
-    assert set(rows) == {"speculative", "reference"}
+    assert set(rows) == {"speculative", "reference", "control_draft_law"}
     assert rows["speculative"]["passed"] and rows["reference"]["passed"]
     assert 0 < rows["speculative"]["tokens"] <= 60 * 16
     assert rows["speculative"]["engine_stats"]["draft_tokens_accepted"] > 0

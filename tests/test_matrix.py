@@ -114,7 +114,7 @@ def _ortgenai_summary(spec_passed=True, with_control=True):
     rows = [row("speculative", spec_passed, 43_000, acceptance_rate=0.68),
             row("reference", True, 42_900)]
     if with_control:
-        rows.insert(1, row("control", False, 43_000))
+        rows[1:1] = [row("control", False, 43_000), row("control_draft_law", False, 43_000)]
     return {"engine": "onnxruntime-genai", "version": "0.18.0",
             "settings": [{"name": "close_T1_K4", "tolerance": 1.7e-6, "rows": rows,
                           "setting": {"draft": "close", "temperature": 1.0, "top_k": 96,
@@ -129,7 +129,8 @@ def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
                             "model (model.draft)")
     assert ref.setting.endswith("; no draft (reference)") and ref.rule.startswith("plain")
     assert (spec.trials, spec.detectable_tv, spec.seconds) == (43_000, 0.0204, 12.5)
-    assert spec.control == "temperature 1, no truncation: FAIL, as it must" and ref.control == "-"
+    assert spec.control == ("temperature 1, no truncation: FAIL, as it must; the draft's law: "
+                            "FAIL, as it must") and ref.control == "-"
     assert spec.note == "acceptance 0.68; tolerance 1.7e-06 (engine logits vs torch)"
     assert spec.end_to_end and spec.resolution_wanted == 0.03
     bad = mx.ortgenai_rows(_ortgenai_summary(spec_passed=False, with_control=False),

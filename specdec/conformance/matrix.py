@@ -289,10 +289,11 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
         st = s["setting"]
         setting = (f"{st['draft']} draft, temperature {st['temperature']:g}, top-k "
                    f"{st['top_k']}, top-p {st['top_p']:g}, K = {st['k']}")
-        ctl = by.get("control")
-        control = "-" if ctl is None else (
-            "temperature 1, no truncation: "
-            + ("FAIL, as it must" if not ctl["passed"] else "pass: the control missed"))
+        parts = [f"{label}: " + ("FAIL, as it must" if not by[k]["passed"]
+                                 else "pass: the control missed")
+                 for k, label in (("control", "temperature 1, no truncation"),
+                                  ("control_draft_law", "the draft's law")) if k in by]
+        control = "; ".join(parts) or "-"
         tol = s.get("tolerance")
         tol_text = "" if tol is None else f"tolerance {tol:.1e} (engine logits vs torch)"
         for key in ("speculative", "reference"):

@@ -24,9 +24,10 @@ must pass). The law of every emitted token is computed from the same weights in 
 top-k and top-p: :func:`truncated_law`), the draft's law likewise, and
 :func:`specdec.pertoken.laws_check` decides. The numerical disagreement between those laws
 and the laws of the engine's own logits (``Generator.get_output("logits")`` over the same
-sequences) is measured and passed as ``tolerance``. The control must fail: one setting's
-tokens (sampled at temperature 0.7, top-k 16) checked against the laws at temperature 1
-with no truncation.
+sequences) is measured and passed as ``tolerance``. Two controls must fail: every
+speculative row's tokens checked against the draft's law instead of the target's, and one
+setting's tokens (sampled at temperature 0.7, top-k 16) checked against the laws at
+temperature 1 with no truncation.
 
 The rule, as read from the onnxruntime-genai sources (:data:`RULE`; file:line at commit
 :data:`SOURCE_COMMIT` of the upstream repository, whose VERSION_INFO reads 0.16.0-dev: the
@@ -57,7 +58,7 @@ builder makes (:data:`CALLER_DRAFTS`, probed again by every run: :func:`probe_ca
 At seed 0 (1500 requests of 32 tokens per row, ``reports/ortgenai-summary-seed0.json``)
 every speculative and reference row passes at a detectable per-token TV of 0.020 (about
 43,500 tokens a row; acceptance 0.68, 0.43 and 0.68), the measured tolerance is 2e-6, and
-the control fails (p-value 0); about a minute once the models are built (another minute).
+both controls fail (p-value 0); about a minute once the models are built (another minute).
 Building them found a defect of the model builder, not of the rule
 (``reports/onnxruntime-genai-builder-lm-head.md``; see :data:`VOCAB`).
 
@@ -604,14 +605,16 @@ def probe_caller_drafts(og, folder: Path) -> dict:
 
 def run_setting(name: str, setting: Setting, *, requests: int, tokens: int, seed: int,
                 folder: Path, hf: dict, tv_sample: int = 40, control: bool = False) -> dict:
-    """One setting: the speculative row, the reference row (plain target) and, with
-    ``control``, the control row.
+    """One setting: the speculative row, the reference row (plain target), the control
+    ``control_draft_law`` (the tokens against the draft's law) and, with ``control``, the
+    temperature/top-k control row.
 
     Returns
     -------
     dict
         ``setting`` (its fields), ``tolerance`` (measured TV), ``rows``: a list of dicts
-        with ``row`` ("speculative", "reference", "control"), the check's ``to_dict()``,
+        with ``row`` ("speculative", "reference", "control", "control_draft_law"), the
+        check's ``to_dict()``,
         seconds, and for the speculative row the engine's counters and acceptance rate.
     """
     import onnxruntime_genai as og
@@ -656,6 +659,14 @@ def run_setting(name: str, setting: Setting, *, requests: int, tokens: int, seed
             out["rows"].append({"row": "control", **ctl.to_dict(),
                                 "what": "tokens sampled at this setting checked against the "
                                         "laws at temperature 1, no truncation: must fail"})
+        if row == "speculative":
+            # the error speculative decoding would make: the draft's law emitted instead
+            ctl = laws_check(q_laws, resp, max_tokens=tokens,
+                             rng=np.random.default_rng([seed, 4]), tolerance=tol,
+                             extra={"setting": name, "row": "control_draft_law"})
+            out["rows"].append({"row": "control_draft_law", **ctl.to_dict(),
+                                "what": "the engine's tokens checked against the draft's law "
+                                        "instead of the target's: must fail"})
     out["tolerance"] = tol
     return out
 
