@@ -221,3 +221,29 @@ def test_battery_row_refuses_a_nan_tv():
     with pytest.raises(ValueError, match=r"battery\['cases'\]\[1\]: a TV or its interval is NaN"):
         mx.battery_row(battery, implementation="x", version="1", interface="f", setting="s",
                        rule="r")
+
+
+def _ov_setting(name, gamma, passed, control=False, means=None):
+    return {"setting": {"name": name, "temperature": 1.0, "top_k": 0, "gamma": gamma},
+            "control": control, "passed": passed, "seconds": 4.0,
+            "check": {"tokens": 2000, "detectable_tv": 0.05,
+                      "means": means or {"target": 0.5}}}
+
+
+def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts():
+    summary = {"version": "2026.4.1.0", "settings": {
+        "reference": _ov_setting("reference", None, True),
+        "t1_g2": _ov_setting("t1_g2", 2, False, means={"target": 0.672}),
+        "control": _ov_setting("control", 3, False, control=True)},
+        "prefix_caching": {"requests": 20, "errors": 14, "first_error": "Check 'x' failed",
+                           "prefix_caching": "pipeline default", "seconds": 9.0}}
+    rows = mx.openvino_rows(summary, rule="black box", report="reports/o.md")
+    assert [r.verdict for r in rows] == ["PASS", "FAIL", "ABORTS"]
+    ref, spec, aborts = rows
+    assert ref.control == "-" and "no draft" in ref.setting and ref.trials == 2000
+    assert spec.control == "control: FAIL, as it must" and "0.672" in spec.note
+    assert "num_assistant_tokens 2" in spec.setting and "reports/o.md" in spec.note
+    assert aborts.trials == 20 and aborts.note.startswith("14 of 20 requests raised")
+    summary["prefix_caching"] = {"requests": 20, "errors": 0, "first_error": None,
+                                 "prefix_caching": False, "seconds": 1.0}
+    assert len(mx.openvino_rows(summary, rule="r")) == 2

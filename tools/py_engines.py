@@ -145,6 +145,21 @@ ENGINES: dict[str, Engine] = {
         notes="medusa-llm declares fschat, accelerate, sentencepiece, protobuf and an "
               "unpinned torch; its typical acceptance (medusa/model/utils.py) needs torch "
               "only, so it is installed with --no-deps on the pinned stack."),
+    "openvino": Engine(
+        "openvino", "2026.4.1.0",
+        (*_TRANSFORMERS_STACK, "openvino-genai==2026.4.1.0", "openvino==2026.4.1",
+         "openvino-tokenizers==2026.4.1.0", "openvino-telemetry==2025.2.0"),
+        "import importlib.metadata as m, openvino_genai; print(m.version('openvino-genai'))",
+        pip_args=("--no-deps",),
+        notes="OpenVINO GenAI's LLMPipeline with draft_model (the speculative sampling is C++ "
+              "inside the wheel). openvino, openvino-tokenizers and openvino-telemetry are "
+              "its whole dependency closure (pip install --dry-run --report: openvino needs "
+              "numpy, packaging and openvino-telemetry; openvino-genai requires "
+              "openvino_tokenizers~=2026.4.1.0.dev). The tiny models are built in torch + "
+              "transformers (_TRANSFORMERS_STACK) and written as IR by openvino.convert_model; "
+              "the tokenizer IR by openvino_tokenizers.convert_tokenizer from a tokenizer "
+              "built locally with the tokenizers library. No optimum-intel. --no-deps keeps "
+              "the stack's pins."),
     "ortgenai": Engine(
         "ortgenai", "0.18.0",
         (*_TRANSFORMERS_STACK, "onnxruntime-genai==0.18.0", "onnxruntime==1.32.0",

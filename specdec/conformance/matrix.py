@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
-           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "ortgenai_rows",
+           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
+           "ortgenai_rows",
            "hf_rows",
            "unavailable_rows"]
 
@@ -323,6 +324,50 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
             interface=cd["interface"], setting="-", rule=cd["rule"], verdict="NOT RUN",
             note=f"{cd['reason']} (evidence: "
                  + "; ".join(f"{t['what']}: {t['error']}" for t in cd["tried"]) + f"){seen}"))
+    return rows
+
+
+def openvino_rows(summary: Mapping, *, rule: str,
+                  report: str = "reports/openvino-genai-speculative-sampling.md") -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.openvino`'s summary: one per non-control
+    setting (the controls in each row's control column), and the prefix-caching probe as an
+    ABORTS row when any request raised."""
+    settings = summary["settings"]
+    controls = {n: s for n, s in settings.items() if s["control"]}
+    control = "-" if not controls else "; ".join(
+        f"{n}: {'FAIL, as it must' if not s['passed'] else 'pass: the control missed'}"
+        for n, s in controls.items())
+    rows = []
+    for name, s in settings.items():
+        if s["control"]:
+            continue
+        st, chk = s["setting"], s["check"]
+        setting = (f"temperature {st['temperature']:g}"
+                   + (f", top-k {st['top_k']}" if st["top_k"] else "")
+                   + (f", num_assistant_tokens {st['gamma']}" if st["gamma"] is not None
+                      else ", no draft (reference)"))
+        note = ""
+        if not s["passed"]:
+            note = (f"emitted tokens not from the target's law (mean PIT along the target's "
+                    f"order {chk['means'].get('target', float('nan')):.3f}, 0.5 if exact; "
+                    f"{report})")
+        rows.append(MatrixRow(
+            implementation="OpenVINO GenAI LLMPipeline + draft_model" if st["gamma"] is not None
+            else "OpenVINO GenAI LLMPipeline", version=summary["version"],
+            interface="LLMPipeline.generate, seeded; every emitted token tested",
+            setting=setting, rule=rule, verdict="PASS" if s["passed"] else "FAIL",
+            detectable_tv=chk["detectable_tv"], trials=chk["tokens"], seconds=s["seconds"],
+            control=control if st["gamma"] is not None else "-", note=note))
+    probe = summary.get("prefix_caching")
+    if probe and probe["errors"]:
+        rows.append(MatrixRow(
+            implementation="OpenVINO GenAI LLMPipeline + draft_model", version=summary["version"],
+            interface="LLMPipeline.generate, default scheduler",
+            setting=f"prefix caching: {probe['prefix_caching']}, sampled", rule=rule,
+            verdict="ABORTS", trials=probe["requests"], seconds=probe["seconds"],
+            note=f"{probe['errors']} of {probe['requests']} requests raised "
+                 f"({(probe['first_error'] or '')[:60]}...); the pipeline drafts no more "
+                 f"after the first ({report})"))
     return rows
 
 
