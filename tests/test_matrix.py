@@ -106,6 +106,54 @@ def test_rows_of_every_summary_shape():
     assert all("evidence" in r.note for r in rows)
 
 
+def _ortgenai_summary(spec_passed=True, with_control=True):
+    def row(kind, passed, tokens, **kw):
+        return {"row": kind, "passed": passed, "pvalue": 0.5 if passed else 0.0,
+                "detectable_tv": 0.0204, "tokens": tokens, "seconds": 12.5, **kw}
+
+    rows = [row("speculative", spec_passed, 43_000, acceptance_rate=0.68),
+            row("reference", True, 42_900)]
+    if with_control:
+        rows[1:1] = [row("control", False, 43_000), row("control_draft_law", False, 43_000)]
+    return {"engine": "onnxruntime-genai", "version": "0.18.0",
+            "settings": [{"name": "close_T1_K4", "tolerance": 1.7e-6, "rows": rows,
+                          "setting": {"draft": "close", "temperature": 1.0, "top_k": 96,
+                                      "top_p": 1.0, "k": 4}}]}
+
+
+def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
+    rows = mx.ortgenai_rows(_ortgenai_summary(), rule="min(1, p/q), residual, bonus")
+    spec, ref = rows
+    assert (spec.verdict, ref.verdict) == ("PASS", "PASS")
+    assert spec.setting == ("close draft, temperature 1, top-k 96, top-p 1, K = 4; draft "
+                            "model (model.draft)")
+    assert ref.setting.endswith("; no draft (reference)") and ref.rule.startswith("plain")
+    assert (spec.trials, spec.detectable_tv, spec.seconds) == (43_000, 0.0204, 12.5)
+    assert spec.control == ("temperature 1, no truncation: FAIL, as it must; the draft's law: "
+                            "FAIL, as it must") and ref.control == "-"
+    assert spec.note == "acceptance 0.68; tolerance 1.7e-06 (engine logits vs torch)"
+    assert spec.end_to_end and spec.resolution_wanted == 0.03
+    bad = mx.ortgenai_rows(_ortgenai_summary(spec_passed=False, with_control=False),
+                           rule="r", report="reports/onnxruntime-genai-x.md")
+    assert bad[0].verdict == "FAIL" and bad[0].note.startswith("reports/onnxruntime-genai-x.md; ")
+    assert bad[0].control == "-"
+    from specdec.conformance.adapters import ortgenai
+
+    with_caller = _ortgenai_summary()
+    with_caller["caller_drafts"] = {**ortgenai.CALLER_DRAFTS,
+                                    "probe": {"set_draft_tokens": "This engine does not "
+                                              "support speculative draft verification."}}
+    *_, nr = mx.ortgenai_rows(with_caller, rule="r")
+    assert nr.verdict == "NOT RUN" and nr.interface.startswith("og.Engine + Request.set_draft")
+    assert "evidence: " in nr.note and "requires CUDA with FP16/BF16" in nr.note
+    assert nr.note.endswith("this run's probe: This engine does not support speculative draft "
+                            "verification.")
+    broken = _ortgenai_summary()
+    broken["settings"][0]["rows"] = broken["settings"][0]["rows"][:1]
+    with pytest.raises(ValueError, match=r"^summary: setting 'close_T1_K4' has no reference row"):
+        mx.ortgenai_rows(broken, rule="r")
+
+
 def _job(name, code, timeout=30.0, ok=(0, 1)):
     return mx.Job(name, Path(sys.executable), ("-c", code), {"PATH": "/usr/bin:/bin"},
                   ROOT, timeout, ok)

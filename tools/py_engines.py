@@ -160,6 +160,21 @@ ENGINES: dict[str, Engine] = {
               "the tokenizer IR by openvino_tokenizers.convert_tokenizer from a tokenizer "
               "built locally with the tokenizers library. No optimum-intel. --no-deps keeps "
               "the stack's pins."),
+    "ortgenai": Engine(
+        "ortgenai", "0.18.0",
+        (*_TRANSFORMERS_STACK, "onnxruntime-genai==0.18.0", "onnxruntime==1.32.0",
+         "onnx==1.23.2", "onnx-ir==1.1.0", "protobuf==7.36.2", "flatbuffers==25.12.19",
+         "ml_dtypes==0.7.0"),
+        "import onnxruntime_genai as og, onnxruntime_genai.models.builder; print(og.__version__)",
+        pip_args=("--no-deps",),
+        notes="onnxruntime-genai 0.18.0 requires onnxruntime>=1.31.0 and numpy (1.32.0 is "
+              "the newest onnxruntime); its model builder (onnxruntime_genai.models.builder) "
+              "needs torch, transformers, onnx and onnx-ir (imported by models/builder.py "
+              "but not declared by the wheel) to turn a local Hugging Face folder into "
+              "ONNX, so the pinned stack is installed beside it, with onnx's and "
+              "onnxruntime's own dependencies (protobuf, flatbuffers, ml_dtypes) pinned as "
+              "pip resolved them here (pip install --dry-run --report); --no-deps keeps "
+              "anything unpinned out."),
 }
 
 

@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
            "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
+           "ortgenai_rows",
            "hf_rows",
            "unavailable_rows"]
 
@@ -258,6 +259,72 @@ def llama_speculative_rows(summary: Mapping, *, report: str,
             f"temperature mismatch: {'FAIL, as it must' if not control['passed'] else 'pass: the control missed'}"),
         note=(f"per-token TV of the rule read from the code {rule_tv:.2f} ({report})"
               if summary["verdict"] == "FAIL" and rule_tv is not None else ""))]
+
+
+def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.ortgenai`'s summary: per setting the
+    speculative row (draft model, with the setting's control when it has one) and the
+    reference row (the same requests without a draft); then a "not run" row for the
+    Engine API's caller-proposed drafts, with its evidence, when the summary has it.
+
+    Parameters
+    ----------
+    summary : mapping
+        What ``python -m specdec.conformance.adapters.ortgenai`` prints.
+    rule : str
+        One line for the speculative rule.
+    report : str
+        The report draft a failing speculative row points to.
+
+    Raises
+    ------
+    ValueError
+        A setting without its speculative or reference row.
+    """
+    rows = []
+    for s in summary["settings"]:
+        by = {r["row"]: r for r in s["rows"]}
+        for need in ("speculative", "reference"):
+            if need not in by:
+                raise ValueError(f"summary: setting {s.get('name')!r} has no {need} row")
+        st = s["setting"]
+        setting = (f"{st['draft']} draft, temperature {st['temperature']:g}, top-k "
+                   f"{st['top_k']}, top-p {st['top_p']:g}, K = {st['k']}")
+        parts = [f"{label}: " + ("FAIL, as it must" if not by[k]["passed"]
+                                 else "pass: the control missed")
+                 for k, label in (("control", "temperature 1, no truncation"),
+                                  ("control_draft_law", "the draft's law")) if k in by]
+        control = "; ".join(parts) or "-"
+        tol = s.get("tolerance")
+        tol_text = "" if tol is None else f"tolerance {tol:.1e} (engine logits vs torch)"
+        for key in ("speculative", "reference"):
+            r = by[key]
+            note = tol_text
+            if key == "speculative" and r.get("acceptance_rate") is not None:
+                note = f"acceptance {r['acceptance_rate']:.2f}; " + note
+            if not r["passed"] and report:
+                note = f"{report}; " + note
+            rows.append(MatrixRow(
+                implementation="ONNX Runtime GenAI", version=summary["version"],
+                interface="og.Generator, generate_next_token loop, seeded; every emitted "
+                          "token tested",
+                setting=setting + ("; draft model (model.draft)" if key == "speculative"
+                                   else "; no draft (reference)"),
+                rule=rule if key == "speculative" else "plain sampling (reference)",
+                verdict="PASS" if r["passed"] else "FAIL",
+                detectable_tv=r["detectable_tv"], trials=r["tokens"], seconds=r.get("seconds"),
+                control=control if key == "speculative" else "-", note=note))
+    cd = summary.get("caller_drafts")
+    if cd:
+        probe = cd.get("probe", {})
+        seen = f"; this run's probe: {probe['set_draft_tokens']}" if "set_draft_tokens" in probe \
+            else ""
+        rows.append(MatrixRow(
+            implementation="ONNX Runtime GenAI", version=summary["version"],
+            interface=cd["interface"], setting="-", rule=cd["rule"], verdict="NOT RUN",
+            note=f"{cd['reason']} (evidence: "
+                 + "; ".join(f"{t['what']}: {t['error']}" for t in cd["tried"]) + f"){seen}"))
+    return rows
 
 
 def openvino_rows(summary: Mapping, *, rule: str,
