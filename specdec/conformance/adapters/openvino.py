@@ -45,9 +45,15 @@ draft every sampled setting fails, also when the draft is the target itself
 (``--draft-noise 0``); with the draft the same ``rng_seed`` does not always repeat a
 response.
 
-The rule (:data:`RULE`) is a black box: the speculative sampling is C++ inside
-``libopenvino_genai.so`` and its sources were not read (the openvino.genai repository was not
-reachable from this machine). What is stated is what the pipeline was observed to do.
+The rule (:data:`RULE`) was read from the openvino.genai sources at commit
+``da1db864d2bc1a265e9a036f5b57ef13f0e86c2c`` (``master``, ``VERSION 2026.4.0.0``; the
+snapshot has no 2026.4 tag or release branch, and the verification code is identical at
+``releases/2026/3`` and tag ``2026.3.0.0``), file:line references at that commit, next to
+what was observed. In short: at temperature > 0 the target draws its own token y, accepts the
+draft token x iff ``r <= q(x) / p(y)`` with r on a 101-point grid, and after a rejection
+emits a draw from the *next* position's law in x's place (no residual); a miscount of the
+removed tokens after a rejected last draft leaves the processed-token count one ahead, which
+is the prefix-caching crash (reports/openvino-genai-speculative-sampling.md, "Diagnosis").
 
 Requires the engine environment of ``tools/py_engines.py`` (``openvino``); run
 ``python -m specdec.conformance.adapters.openvino`` with its interpreter for a JSON summary.
@@ -81,26 +87,51 @@ __all__ = ["PINNED", "RULE", "PROPERTIES", "TinyConfig", "Setting", "SETTINGS", 
 #: at the same release).
 PINNED = "2026.4.1.0"
 
-#: What the pipeline does, as observed (black box: C++ in the wheel, sources not read).
+#: What the pipeline does: read from the openvino.genai sources (commit da1db864d2bc, see the
+#: module docstring; paths under src/cpp/src/) and what was observed.
 RULE = (
-    ("interface", "LLMPipeline(target, 'CPU', draft_model=draft_model(draft, 'CPU')) runs the "
-     "continuous-batching speculative pipeline (ContinuousBatchingPipeline::"
-     "SpeculativeDecodingImpl, a symbol of libopenvino_genai.so)", "black box"),
-    ("draft", "num_assistant_tokens draft tokens per cycle from the draft model with the same "
-     "GenerationConfig (temperature, top-k) as the target", "black box, observed: "
-     "extended_perf_metrics.get_num_draft_tokens()"),
-    ("verification", "not read. Observed: at temperature > 0 the emitted tokens do not follow "
-     "the target's law (they are less probable under it than they should be), and with the "
-     "draft identical to the target about 40% of draft tokens are rejected, where the rule of "
-     "Leviathan et al. (accept with min(1, p/q)) rejects none", "black box, sources not read; "
-     "per-token check, --draft-noise 0"),
-    ("seed", "GenerationConfig.rng_seed seeds each request: without the draft the same seed "
-     "repeated the response in every check; with the draft it did in some runs and not in "
-     "others (seed 0: two calls, two responses; four calls of one seed, four responses)",
+    ("interface", "LLMPipeline(target, 'CPU', draft_model=draft_model(draft, 'CPU')) runs "
+     "ContinuousBatchingPipeline::SpeculativeDecodingImpl::step(): the draft pipeline drafts, "
+     "update_request copies the draft tokens and the log-probability of each sampled token "
+     "(not the draft's distribution) into the main pipeline, which verifies them in "
+     "validation mode", "speculative_decoding/continuous_batching/fast_draft_strategy.cpp:"
+     "197-265, pipeline_impl.cpp:236-250, 372-376"),
+    ("draft", "num_assistant_tokens draft tokens per cycle, sampled by the draft model with a "
+     "copy of the request's GenerationConfig (same temperature, top-k, rng_seed)",
+     "fast_draft_strategy.cpp:154-159; observed: extended_perf_metrics.get_num_draft_tokens()"),
+    ("verification", "per drafted position the target samples its own token y ~ p; the draft "
+     "token x is accepted iff r <= q(x) / p(y) (variables p_i = draft's q(x), q_i = target's "
+     "p(y); ratio inverted and taken at the target's own sample, not at x), r = "
+     "uniform_int_distribution(0, 100) / 100; in a request's first cycle: accept iff y == x. "
+     "Leviathan et al. accept with min(1, p(x)/q(x)). Observed: with the draft identical to "
+     "the target about 40-55% of drafts rejected (an exact rule rejects none)",
+     "sampling/sampler.cpp:1402-1417 (validate_candidate), 1530-1542; per-token check, "
+     "--draft-noise 0"),
+    ("rejection", "no residual (p - q)+: the loop continues to the NEXT position's logits, "
+     "draws z from p(. | prefix, x) and puts z in x's place; get_p_prime only rescales z's "
+     "recorded log-prob. Observed: tokens less probable under the target than its own draws "
+     "(mean PIT along the target's order 0.60-0.70), nearer the draft's law",
+     "sampling/sampler.cpp:1421-1424, 1436-1459, 1512, 1551-1561, 1574-1578, 1585"),
+    ("bookkeeping", "after a rejection the sampled path records one removed token fewer than "
+     "it removed, so when a cycle's last draft is rejected the processed-token count is not "
+     "rewound: the replacement is never fed to the target and the next cycle schedules one "
+     "token more than the sequence holds (with prefix caching off the model runner reads one "
+     "element past generated_ids and that cycle's verification is one position off)",
+     "sampling/sampler.cpp:1553-1554, 1799-1801; sequence_group.hpp:782-788; "
+     "continuous_batching/model_runner.hpp:724-729"),
+    ("seed", "GenerationConfig.rng_seed seeds one std::mt19937 per request in the target's and "
+     "in the draft's sampler (the same seed in both). Observed: without the draft the same "
+     "seed repeated the response in every check; with the draft it did in some runs and not "
+     "in others (seed 0: two calls, two responses; four calls of one seed, four responses), "
+     "not explained by seeding", "sampling/sampler.hpp:136-137, sampler.cpp:1737, 1827; "
      "observed (seed_check)"),
-    ("prefix caching", "with the scheduler LLMPipeline chooses by default (prefix caching on), "
-     "sampled requests raise at sequence_group.cpp:32 and the pipeline drafts no more "
-     "afterwards", "observed (prefix_caching_probe)"),
+    ("prefix caching", "with prefix caching on (the scheduler LLMPipeline chooses by default), "
+     "the block manager hashes get_context_len() tokens, one more than the sequence holds "
+     "after the bookkeeping miscount, and Sequence::_make_hash's check content_length <= "
+     "prompt + generated fails; observed: sampled requests raise there, greedy ones do not, "
+     "and the pipeline drafts no more afterwards (not traced)",
+     "sequence_group.cpp:32, continuous_batching/cache/block_manager.hpp:1446-1448, "
+     "1468-1470; observed (prefix_caching_probe)"),
 )
 
 #: Properties of both models: float32 compute and KV cache (the CPU defaults are bf16 and u8
