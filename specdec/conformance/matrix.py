@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
-           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "hf_rows",
-           "unavailable_rows"]
+           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "mlx_rows",
+           "hf_rows", "unavailable_rows"]
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
 #: approximate rule measured, not judged), the engine stopped, or not run here (why).
@@ -257,6 +257,55 @@ def llama_speculative_rows(summary: Mapping, *, report: str,
             f"temperature mismatch: {'FAIL, as it must' if not control['passed'] else 'pass: the control missed'}"),
         note=(f"per-token TV of the rule read from the code {rule_tv:.2f} ({report})"
               if summary["verdict"] == "FAIL" and rule_tv is not None else ""))]
+
+
+#: What each control of :mod:`specdec.conformance.adapters.mlxlm` is, in a few words.
+_MLX_CONTROLS = {"temperature_mismatch": "temperature-0.7 tokens against the law at 1",
+                 "draft_law": "the draft model's own decoding against the target's law"}
+
+
+def _pertoken_control_text(controls: Mapping, labels: Mapping[str, str]) -> str:
+    """'label: FAIL, as it must (p = 1e-12)' per per-token control, '-' for none."""
+    parts = []
+    for name, c in controls.items():
+        verdict = "pass: the control missed" if c["passed"] else "FAIL, as it must"
+        parts.append(f"{labels.get(name, name)}: {verdict} (p = {c['pvalue']:.1e})")
+    return "; ".join(parts) or "-"
+
+
+def mlx_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.mlxlm`'s summary, one per setting.
+
+    The speculative rows carry the run's controls (each must fail); the row without a draft
+    is the reference.
+
+    Raises
+    ------
+    KeyError
+        If ``summary`` lacks ``rows`` or a row lacks one of its fields (not that adapter's
+        summary).
+    """
+    control = _pertoken_control_text(summary.get("controls", {}), _MLX_CONTROLS)
+    rows = []
+    for r in summary["rows"].values():
+        spec = r["setting"]["num_draft_tokens"] > 0
+        dis = r.get("disagreement", {})
+        note = (f"{r['tokens_per_second']:g} tokens/s"
+                + (f", {100 * r['from_draft_fraction']:.0f}% of tokens from accepted drafts"
+                   if spec and r.get("from_draft_fraction") is not None else "")
+                + (f"; numerical disagreement (per-token TV) up to {dis['max_tv']:.1e}, "
+                   f"the tolerance" if "max_tv" in dis else ""))
+        rows.append(MatrixRow(
+            implementation="mlx-lm", version=f"{summary['version']} (mlx-cpu "
+            f"{summary.get('mlx_cpu_version', '?')})",
+            interface=("stream_generate(draft_model=...), end to end; every emitted token "
+                       "tested") if spec else
+                      "stream_generate (no draft), end to end; every emitted token tested",
+            setting=r["label"], rule=rule if spec else "plain sampling",
+            verdict="PASS" if r["passed"] else "FAIL", detectable_tv=r["detectable_tv"],
+            trials=r["tokens"], seconds=r["seconds"], control=control if spec else "-",
+            note=note))
+    return rows
 
 
 def hf_rows(summaries: Mapping[str, Mapping], labels: Mapping[str, str], *,
