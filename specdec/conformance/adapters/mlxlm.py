@@ -630,8 +630,11 @@ def run_all(*, seed: int = 0, requests: int = 300, max_tokens: int = 64, prompt_
     Parameters
     ----------
     seed : int
-        Seeds the models (unless ``config`` gives its own), the prompts, mlx's generator per
-        request and the check's uniforms.
+        Seeds the models (unless ``config`` gives its own), the prompts
+        (``SeedSequence([seed, 1000])``), mlx's generator per request
+        (:func:`request_seeds` with the row's index in :data:`ROWS`; the draft-law control
+        is row ``len(ROWS)``) and the check's uniforms (``SeedSequence([seed, 2000, k])``
+        for row ``k``, ``[seed, 2000, 100]`` and ``[seed, 2000, 101]`` for the controls).
     requests, max_tokens, prompt_len : int
         Per row: requests of ``max_tokens`` tokens after a prompt of ``prompt_len`` tokens
         drawn uniformly from the vocabulary (the same prompts in every row).
@@ -672,7 +675,6 @@ def run_all(*, seed: int = 0, requests: int = 300, max_tokens: int = 64, prompt_
     tokenizer = tiny_tokenizer(config.vocab)
     g = np.random.default_rng(np.random.SeedSequence([seed, 1000]))
     prompts = [g.integers(0, config.vocab, prompt_len).tolist() for _ in range(requests)]
-    check_ss = np.random.SeedSequence([seed, 2000])
     out_rows, kept = {}, {}
     for k, name in enumerate(ROWS):
         if name not in rows:
@@ -686,7 +688,7 @@ def run_all(*, seed: int = 0, requests: int = 300, max_tokens: int = 64, prompt_
                                       max_tokens=max_tokens, mlx_seed=int(s))
             responses.append((prompt, toks, flags, lps))
         t_dec = time.perf_counter() - t0
-        rng = np.random.default_rng(check_ss.spawn(1)[0])
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 2000, k]))
         chk, dis = check_row(responses, target, draft, setting, max_tokens=max_tokens,
                              rng=rng, false_alarm=false_alarm)
         ntok = sum(len(r[1]) for r in responses)
@@ -699,7 +701,7 @@ def run_all(*, seed: int = 0, requests: int = 300, max_tokens: int = 64, prompt_
         setting = ROWS["spec_t07_k2"]
         t0 = time.perf_counter()
         chk, dis = check_row(kept["spec_t07_k2"], target, draft, setting, max_tokens=max_tokens,
-                             rng=np.random.default_rng(check_ss.spawn(1)[0]),
+                             rng=np.random.default_rng(np.random.SeedSequence([seed, 2000, 100])),
                              law_setting=Setting(1.0, 1.0, setting.num_draft),
                              tolerance=out_rows["spec_t07_k2"]["tolerance"],
                              false_alarm=false_alarm)
@@ -727,7 +729,8 @@ def run_all(*, seed: int = 0, requests: int = 300, max_tokens: int = 64, prompt_
         q_laws = [model_laws(draft, r[0], r[1], setting) for r in responses]
         dis = disagreement(q_laws, [engine_laws(r[3], setting) for r in responses])
         chk = laws_check(p_laws, [r[1] for r in responses], max_tokens=max_tokens,
-                         rng=np.random.default_rng(check_ss.spawn(1)[0]), q_laws=q_laws,
+                         rng=np.random.default_rng(np.random.SeedSequence([seed, 2000, 101])),
+                         q_laws=q_laws,
                          false_alarm=false_alarm, tolerance=dis["max_tv"])
         ntok = sum(len(r[1]) for r in responses)
         c = _row_summary(chk, dis, setting, seconds=time.perf_counter() - t0,
