@@ -205,5 +205,8 @@ def test_mlx_rows_one_per_setting_with_the_controls_on_the_speculative_rows():
                             "target's law: pass: the control missed (p = 5.0e-01)")
     assert "40% of tokens from accepted drafts" in spec.note
     assert spec.resolution_wanted == 0.03 and spec.trials_for() == 19200
+    summary["controls"]["draft_law"] = {"passed": False, "pvalue": 0.0}
+    assert mx.mlx_rows(summary, rule="matching")[1].control.endswith(
+        "target's law: FAIL, as it must (p < 1e-300)")
     with pytest.raises(KeyError):
         mx.mlx_rows({"version": "0.32.2"}, rule="matching")

@@ -265,11 +265,14 @@ _MLX_CONTROLS = {"temperature_mismatch": "temperature-0.7 tokens against the law
 
 
 def _pertoken_control_text(controls: Mapping, labels: Mapping[str, str]) -> str:
-    """'label: FAIL, as it must (p = 1e-12)' per per-token control, '-' for none."""
+    """'label: FAIL, as it must (p = 1.0e-12)' per per-token control ('p < 1e-300' below
+    that: a p-value that underflowed), '-' for none."""
     parts = []
     for name, c in controls.items():
         verdict = "pass: the control missed" if c["passed"] else "FAIL, as it must"
-        parts.append(f"{labels.get(name, name)}: {verdict} (p = {c['pvalue']:.1e})")
+        p = c["pvalue"]
+        parts.append(f"{labels.get(name, name)}: {verdict} "
+                     f"({'p < 1e-300' if p < 1e-300 else f'p = {p:.1e}'})")
     return "; ".join(parts) or "-"
 
 
