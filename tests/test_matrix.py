@@ -248,3 +248,41 @@ def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts
     summary["prefix_caching"] = {"requests": 20, "errors": 0, "first_error": None,
                                  "prefix_caching": False, "seconds": 1.0}
     assert len(mx.openvino_rows(summary, rule="r")) == 2
+
+
+def _mlx_row(label, k, passed=True, pvalue=0.8):
+    return {"setting": {"temperature": 1.0, "top_p": 1.0, "num_draft_tokens": k},
+            "label": label, "passed": passed, "pvalue": pvalue, "detectable_tv": 0.0288,
+            "tokens": 19200, "seconds": 190.5, "tokens_per_second": 101.0,
+            "from_draft_fraction": 0.4, "disagreement": {"max_tv": 3e-7}}
+
+
+def test_mlx_rows_one_per_setting_with_the_controls_on_every_row():
+    summary = {"version": "0.32.2", "mlx_cpu_version": "0.32.4",
+               "rows": {"plain_t1": _mlx_row("temperature 1, no draft", 0),
+                        "spec_t1_k3": _mlx_row("temperature 1, num_draft_tokens 3", 3,
+                                               passed=False, pvalue=1e-9)},
+               "controls": {"temperature_mismatch": {"passed": False, "pvalue": 2.5e-12},
+                            "draft_law": {"passed": True, "pvalue": 0.5}}}
+    plain, spec = mx.mlx_rows(summary, rule="matching")
+    assert (plain.implementation, plain.version) == ("mlx-lm", "0.32.2 (mlx-cpu 0.32.4)")
+    assert (plain.verdict, plain.rule) == ("PASS", "plain sampling")
+    assert plain.control == spec.control        # the reference row's pass needs them too
+    assert plain.interface == ("stream_generate (no draft), end to end; every emitted token "
+                               "tested")
+    assert plain.note == ("101 tokens/s; numerical disagreement (per-token TV) up to 3.0e-07, "
+                          "the tolerance")
+    assert (spec.verdict, spec.rule, spec.trials, spec.seconds, spec.detectable_tv) == (
+        "FAIL", "matching", 19200, 190.5, 0.0288)
+    assert spec.setting == "temperature 1, num_draft_tokens 3" and spec.end_to_end
+    assert spec.interface.startswith("stream_generate(draft_model=...), end to end")
+    assert spec.control == ("temperature-0.7 tokens against the law at 1: FAIL, as it must "
+                            "(p = 2.5e-12); the draft model's own decoding against the "
+                            "target's law: pass: the control missed (p = 5.0e-01)")
+    assert "40% of tokens from accepted drafts" in spec.note
+    assert spec.resolution_wanted == 0.03 and spec.trials_for() == 19200
+    summary["controls"]["draft_law"] = {"passed": False, "pvalue": 0.0}
+    assert mx.mlx_rows(summary, rule="matching")[1].control.endswith(
+        "target's law: FAIL, as it must (p < 1e-300)")
+    with pytest.raises(KeyError):
+        mx.mlx_rows({"version": "0.32.2"}, rule="matching")

@@ -175,6 +175,23 @@ ENGINES: dict[str, Engine] = {
               "onnxruntime's own dependencies (protobuf, flatbuffers, ml_dtypes) pinned as "
               "pip resolved them here (pip install --dry-run --report); --no-deps keeps "
               "anything unpinned out."),
+    "mlx": Engine(
+        "mlx", "0.32.2",
+        ("mlx-lm==0.32.2", "mlx==0.32.4", "mlx-cpu==0.32.4",
+         *(r for r in _TRANSFORMERS_STACK
+           if r.split("==")[0] not in ("torch", "sympy", "mpmath", "networkx"))),
+        "import importlib.metadata as m, mlx.core, mlx_lm.generate; "
+        "print(m.version('mlx-lm'))",
+        pip_args=("--no-deps",),
+        notes="mlx-lm 0.32.2 declares mlx only on Darwin (METADATA: mlx>=0.32.2; "
+              "platform_system == 'Darwin'), so the Linux CPU build is installed beside it: "
+              "mlx 0.32.4 (the Python bindings, mlx.core) and mlx-cpu 0.32.4 (libmlx.so, what "
+              "mlx[cpu] pulls on Linux), the newest of both. --no-deps because mlx-lm's other "
+              "declared dependencies are unpinned; what `mlx_lm.generate` imports is numpy and "
+              "transformers (PreTrainedTokenizer, AutoTokenizer in tokenizer_utils.py), so the "
+              "pinned transformers stack goes in without torch (sympy, mpmath, networkx are "
+              "torch's); sentencepiece and protobuf serve tokenizers loaded from a hub, not "
+              "used here. scipy: the kit's statistics."),
 }
 
 

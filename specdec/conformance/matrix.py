@@ -24,9 +24,7 @@ from typing import Mapping, Sequence
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
            "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
-           "ortgenai_rows",
-           "hf_rows",
-           "unavailable_rows"]
+           "ortgenai_rows", "mlx_rows", "hf_rows", "unavailable_rows"]
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
 #: approximate rule measured, not judged), the engine stopped, or not run here (why).
@@ -368,6 +366,58 @@ def openvino_rows(summary: Mapping, *, rule: str,
             note=f"{probe['errors']} of {probe['requests']} requests raised "
                  f"({(probe['first_error'] or '')[:60]}...); the pipeline drafts no more "
                  f"after the first ({report})"))
+    return rows
+
+
+#: What each control of :mod:`specdec.conformance.adapters.mlxlm` is, in a few words.
+_MLX_CONTROLS = {"temperature_mismatch": "temperature-0.7 tokens against the law at 1",
+                 "draft_law": "the draft model's own decoding against the target's law"}
+
+
+def _pertoken_control_text(controls: Mapping, labels: Mapping[str, str]) -> str:
+    """'label: FAIL, as it must (p = 1.0e-12)' per per-token control ('p < 1e-300' below
+    that: a p-value that underflowed), '-' for none."""
+    parts = []
+    for name, c in controls.items():
+        verdict = "pass: the control missed" if c["passed"] else "FAIL, as it must"
+        p = c["pvalue"]
+        parts.append(f"{labels.get(name, name)}: {verdict} "
+                     f"({'p < 1e-300' if p < 1e-300 else f'p = {p:.1e}'})")
+    return "; ".join(parts) or "-"
+
+
+def mlx_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.mlxlm`'s summary, one per setting.
+
+    Every row carries the run's controls (each must fail): a pass, with or without the
+    draft, is shown to mean something by them; the row without a draft is the reference.
+
+    Raises
+    ------
+    KeyError
+        If ``summary`` lacks ``rows`` or a row lacks one of its fields (not that adapter's
+        summary).
+    """
+    control = _pertoken_control_text(summary.get("controls", {}), _MLX_CONTROLS)
+    rows = []
+    for r in summary["rows"].values():
+        spec = r["setting"]["num_draft_tokens"] > 0
+        dis = r.get("disagreement", {})
+        note = (f"{r['tokens_per_second']:g} tokens/s"
+                + (f", {100 * r['from_draft_fraction']:.0f}% of tokens from accepted drafts"
+                   if spec and r.get("from_draft_fraction") is not None else "")
+                + (f"; numerical disagreement (per-token TV) up to {dis['max_tv']:.1e}, "
+                   f"the tolerance" if "max_tv" in dis else ""))
+        rows.append(MatrixRow(
+            implementation="mlx-lm", version=f"{summary['version']} (mlx-cpu "
+            f"{summary.get('mlx_cpu_version', '?')})",
+            interface=("stream_generate(draft_model=...), end to end; every emitted token "
+                       "tested") if spec else
+                      "stream_generate (no draft), end to end; every emitted token tested",
+            setting=r["label"], rule=rule if spec else "plain sampling",
+            verdict="PASS" if r["passed"] else "FAIL", detectable_tv=r["detectable_tv"],
+            trials=r["tokens"], seconds=r["seconds"], control=control,
+            note=note))
     return rows
 
 
