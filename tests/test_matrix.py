@@ -106,6 +106,54 @@ def test_rows_of_every_summary_shape():
     assert all("evidence" in r.note for r in rows)
 
 
+def _ortgenai_summary(spec_passed=True, with_control=True):
+    def row(kind, passed, tokens, **kw):
+        return {"row": kind, "passed": passed, "pvalue": 0.5 if passed else 0.0,
+                "detectable_tv": 0.0204, "tokens": tokens, "seconds": 12.5, **kw}
+
+    rows = [row("speculative", spec_passed, 43_000, acceptance_rate=0.68),
+            row("reference", True, 42_900)]
+    if with_control:
+        rows[1:1] = [row("control", False, 43_000), row("control_draft_law", False, 43_000)]
+    return {"engine": "onnxruntime-genai", "version": "0.18.0",
+            "settings": [{"name": "close_T1_K4", "tolerance": 1.7e-6, "rows": rows,
+                          "setting": {"draft": "close", "temperature": 1.0, "top_k": 96,
+                                      "top_p": 1.0, "k": 4}}]}
+
+
+def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
+    rows = mx.ortgenai_rows(_ortgenai_summary(), rule="min(1, p/q), residual, bonus")
+    spec, ref = rows
+    assert (spec.verdict, ref.verdict) == ("PASS", "PASS")
+    assert spec.setting == ("close draft, temperature 1, top-k 96, top-p 1, K = 4; draft "
+                            "model (model.draft)")
+    assert ref.setting.endswith("; no draft (reference)") and ref.rule.startswith("plain")
+    assert (spec.trials, spec.detectable_tv, spec.seconds) == (43_000, 0.0204, 12.5)
+    assert spec.control == ("temperature 1, no truncation: FAIL, as it must; the draft's law: "
+                            "FAIL, as it must") and ref.control == "-"
+    assert spec.note == "acceptance 0.68; tolerance 1.7e-06 (engine logits vs torch)"
+    assert spec.end_to_end and spec.resolution_wanted == 0.03
+    bad = mx.ortgenai_rows(_ortgenai_summary(spec_passed=False, with_control=False),
+                           rule="r", report="reports/onnxruntime-genai-x.md")
+    assert bad[0].verdict == "FAIL" and bad[0].note.startswith("reports/onnxruntime-genai-x.md; ")
+    assert bad[0].control == "-"
+    from specdec.conformance.adapters import ortgenai
+
+    with_caller = _ortgenai_summary()
+    with_caller["caller_drafts"] = {**ortgenai.CALLER_DRAFTS,
+                                    "probe": {"set_draft_tokens": "This engine does not "
+                                              "support speculative draft verification."}}
+    *_, nr = mx.ortgenai_rows(with_caller, rule="r")
+    assert nr.verdict == "NOT RUN" and nr.interface.startswith("og.Engine + Request.set_draft")
+    assert "evidence: " in nr.note and "requires CUDA with FP16/BF16" in nr.note
+    assert nr.note.endswith("this run's probe: This engine does not support speculative draft "
+                            "verification.")
+    broken = _ortgenai_summary()
+    broken["settings"][0]["rows"] = broken["settings"][0]["rows"][:1]
+    with pytest.raises(ValueError, match=r"^summary: setting 'close_T1_K4' has no reference row"):
+        mx.ortgenai_rows(broken, rule="r")
+
+
 def _job(name, code, timeout=30.0, ok=(0, 1)):
     return mx.Job(name, Path(sys.executable), ("-c", code), {"PATH": "/usr/bin:/bin"},
                   ROOT, timeout, ok)
@@ -173,6 +221,33 @@ def test_battery_row_refuses_a_nan_tv():
     with pytest.raises(ValueError, match=r"battery\['cases'\]\[1\]: a TV or its interval is NaN"):
         mx.battery_row(battery, implementation="x", version="1", interface="f", setting="s",
                        rule="r")
+
+
+def _ov_setting(name, gamma, passed, control=False, means=None):
+    return {"setting": {"name": name, "temperature": 1.0, "top_k": 0, "gamma": gamma},
+            "control": control, "passed": passed, "seconds": 4.0,
+            "check": {"tokens": 2000, "detectable_tv": 0.05,
+                      "means": means or {"target": 0.5}}}
+
+
+def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts():
+    summary = {"version": "2026.4.1.0", "settings": {
+        "reference": _ov_setting("reference", None, True),
+        "t1_g2": _ov_setting("t1_g2", 2, False, means={"target": 0.672}),
+        "control": _ov_setting("control", 3, False, control=True)},
+        "prefix_caching": {"requests": 20, "errors": 14, "first_error": "Check 'x' failed",
+                           "prefix_caching": "pipeline default", "seconds": 9.0}}
+    rows = mx.openvino_rows(summary, rule="black box", report="reports/o.md")
+    assert [r.verdict for r in rows] == ["PASS", "FAIL", "ABORTS"]
+    ref, spec, aborts = rows
+    assert ref.control == "control: FAIL, as it must" and "no draft" in ref.setting
+    assert ref.trials == 2000
+    assert spec.control == "control: FAIL, as it must" and "0.672" in spec.note
+    assert "num_assistant_tokens 2" in spec.setting and "reports/o.md" in spec.note
+    assert aborts.trials == 20 and aborts.note.startswith("14 of 20 requests raised")
+    summary["prefix_caching"] = {"requests": 20, "errors": 0, "first_error": None,
+                                 "prefix_caching": False, "seconds": 1.0}
+    assert len(mx.openvino_rows(summary, rule="r")) == 2
 
 
 def _mlx_row(label, k, passed=True, pvalue=0.8):

@@ -145,6 +145,36 @@ ENGINES: dict[str, Engine] = {
         notes="medusa-llm declares fschat, accelerate, sentencepiece, protobuf and an "
               "unpinned torch; its typical acceptance (medusa/model/utils.py) needs torch "
               "only, so it is installed with --no-deps on the pinned stack."),
+    "openvino": Engine(
+        "openvino", "2026.4.1.0",
+        (*_TRANSFORMERS_STACK, "openvino-genai==2026.4.1.0", "openvino==2026.4.1",
+         "openvino-tokenizers==2026.4.1.0", "openvino-telemetry==2025.2.0"),
+        "import importlib.metadata as m, openvino_genai; print(m.version('openvino-genai'))",
+        pip_args=("--no-deps",),
+        notes="OpenVINO GenAI's LLMPipeline with draft_model (the speculative sampling is C++ "
+              "inside the wheel). openvino, openvino-tokenizers and openvino-telemetry are "
+              "its whole dependency closure (pip install --dry-run --report: openvino needs "
+              "numpy, packaging and openvino-telemetry; openvino-genai requires "
+              "openvino_tokenizers~=2026.4.1.0.dev). The tiny models are built in torch + "
+              "transformers (_TRANSFORMERS_STACK) and written as IR by openvino.convert_model; "
+              "the tokenizer IR by openvino_tokenizers.convert_tokenizer from a tokenizer "
+              "built locally with the tokenizers library. No optimum-intel. --no-deps keeps "
+              "the stack's pins."),
+    "ortgenai": Engine(
+        "ortgenai", "0.18.0",
+        (*_TRANSFORMERS_STACK, "onnxruntime-genai==0.18.0", "onnxruntime==1.32.0",
+         "onnx==1.23.2", "onnx-ir==1.1.0", "protobuf==7.36.2", "flatbuffers==25.12.19",
+         "ml_dtypes==0.7.0"),
+        "import onnxruntime_genai as og, onnxruntime_genai.models.builder; print(og.__version__)",
+        pip_args=("--no-deps",),
+        notes="onnxruntime-genai 0.18.0 requires onnxruntime>=1.31.0 and numpy (1.32.0 is "
+              "the newest onnxruntime); its model builder (onnxruntime_genai.models.builder) "
+              "needs torch, transformers, onnx and onnx-ir (imported by models/builder.py "
+              "but not declared by the wheel) to turn a local Hugging Face folder into "
+              "ONNX, so the pinned stack is installed beside it, with onnx's and "
+              "onnxruntime's own dependencies (protobuf, flatbuffers, ml_dtypes) pinned as "
+              "pip resolved them here (pip install --dry-run --report); --no-deps keeps "
+              "anything unpinned out."),
     "mlx": Engine(
         "mlx", "0.32.2",
         ("mlx-lm==0.32.2", "mlx==0.32.4", "mlx-cpu==0.32.4",

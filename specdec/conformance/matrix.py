@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
-           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "mlx_rows",
-           "hf_rows", "unavailable_rows"]
+           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
+           "ortgenai_rows", "mlx_rows", "hf_rows", "unavailable_rows"]
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
 #: approximate rule measured, not judged), the engine stopped, or not run here (why).
@@ -257,6 +257,116 @@ def llama_speculative_rows(summary: Mapping, *, report: str,
             f"temperature mismatch: {'FAIL, as it must' if not control['passed'] else 'pass: the control missed'}"),
         note=(f"per-token TV of the rule read from the code {rule_tv:.2f} ({report})"
               if summary["verdict"] == "FAIL" and rule_tv is not None else ""))]
+
+
+def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.ortgenai`'s summary: per setting the
+    speculative row (draft model, with the setting's control when it has one) and the
+    reference row (the same requests without a draft); then a "not run" row for the
+    Engine API's caller-proposed drafts, with its evidence, when the summary has it.
+
+    Parameters
+    ----------
+    summary : mapping
+        What ``python -m specdec.conformance.adapters.ortgenai`` prints.
+    rule : str
+        One line for the speculative rule.
+    report : str
+        The report draft a failing speculative row points to.
+
+    Raises
+    ------
+    ValueError
+        A setting without its speculative or reference row.
+    """
+    rows = []
+    for s in summary["settings"]:
+        by = {r["row"]: r for r in s["rows"]}
+        for need in ("speculative", "reference"):
+            if need not in by:
+                raise ValueError(f"summary: setting {s.get('name')!r} has no {need} row")
+        st = s["setting"]
+        setting = (f"{st['draft']} draft, temperature {st['temperature']:g}, top-k "
+                   f"{st['top_k']}, top-p {st['top_p']:g}, K = {st['k']}")
+        parts = [f"{label}: " + ("FAIL, as it must" if not by[k]["passed"]
+                                 else "pass: the control missed")
+                 for k, label in (("control", "temperature 1, no truncation"),
+                                  ("control_draft_law", "the draft's law")) if k in by]
+        control = "; ".join(parts) or "-"
+        tol = s.get("tolerance")
+        tol_text = "" if tol is None else f"tolerance {tol:.1e} (engine logits vs torch)"
+        for key in ("speculative", "reference"):
+            r = by[key]
+            note = tol_text
+            if key == "speculative" and r.get("acceptance_rate") is not None:
+                note = f"acceptance {r['acceptance_rate']:.2f}; " + note
+            if not r["passed"] and report:
+                note = f"{report}; " + note
+            rows.append(MatrixRow(
+                implementation="ONNX Runtime GenAI", version=summary["version"],
+                interface="og.Generator, generate_next_token loop, seeded; every emitted "
+                          "token tested",
+                setting=setting + ("; draft model (model.draft)" if key == "speculative"
+                                   else "; no draft (reference)"),
+                rule=rule if key == "speculative" else "plain sampling (reference)",
+                verdict="PASS" if r["passed"] else "FAIL",
+                detectable_tv=r["detectable_tv"], trials=r["tokens"], seconds=r.get("seconds"),
+                control=control if key == "speculative" else "-", note=note))
+    cd = summary.get("caller_drafts")
+    if cd:
+        probe = cd.get("probe", {})
+        seen = f"; this run's probe: {probe['set_draft_tokens']}" if "set_draft_tokens" in probe \
+            else ""
+        rows.append(MatrixRow(
+            implementation="ONNX Runtime GenAI", version=summary["version"],
+            interface=cd["interface"], setting="-", rule=cd["rule"], verdict="NOT RUN",
+            note=f"{cd['reason']} (evidence: "
+                 + "; ".join(f"{t['what']}: {t['error']}" for t in cd["tried"]) + f"){seen}"))
+    return rows
+
+
+def openvino_rows(summary: Mapping, *, rule: str,
+                  report: str = "reports/openvino-genai-speculative-sampling.md") -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.openvino`'s summary: one per non-control
+    setting (the controls in each row's control column), and the prefix-caching probe as an
+    ABORTS row when any request raised."""
+    settings = summary["settings"]
+    controls = {n: s for n, s in settings.items() if s["control"]}
+    control = "-" if not controls else "; ".join(
+        f"{n}: {'FAIL, as it must' if not s['passed'] else 'pass: the control missed'}"
+        for n, s in controls.items())
+    rows = []
+    for name, s in settings.items():
+        if s["control"]:
+            continue
+        st, chk = s["setting"], s["check"]
+        setting = (f"temperature {st['temperature']:g}"
+                   + (f", top-k {st['top_k']}" if st["top_k"] else "")
+                   + (f", num_assistant_tokens {st['gamma']}" if st["gamma"] is not None
+                      else ", no draft (reference)"))
+        note = ""
+        if not s["passed"]:
+            note = (f"emitted tokens not from the target's law (mean PIT along the target's "
+                    f"order {chk['means'].get('target', float('nan')):.3f}, 0.5 if exact; "
+                    f"{report})")
+        rows.append(MatrixRow(
+            implementation="OpenVINO GenAI LLMPipeline + draft_model" if st["gamma"] is not None
+            else "OpenVINO GenAI LLMPipeline", version=summary["version"],
+            interface="LLMPipeline.generate, seeded; every emitted token tested",
+            setting=setting, rule=rule, verdict="PASS" if s["passed"] else "FAIL",
+            detectable_tv=chk["detectable_tv"], trials=chk["tokens"], seconds=s["seconds"],
+            control=control, note=note))
+    probe = summary.get("prefix_caching")
+    if probe and probe["errors"]:
+        rows.append(MatrixRow(
+            implementation="OpenVINO GenAI LLMPipeline + draft_model", version=summary["version"],
+            interface="LLMPipeline.generate, default scheduler",
+            setting=f"prefix caching: {probe['prefix_caching']}, sampled", rule=rule,
+            verdict="ABORTS", trials=probe["requests"], seconds=probe["seconds"],
+            note=f"{probe['errors']} of {probe['requests']} requests raised "
+                 f"({(probe['first_error'] or '')[:60]}...); the pipeline drafts no more "
+                 f"after the first ({report})"))
+    return rows
 
 
 #: What each control of :mod:`specdec.conformance.adapters.mlxlm` is, in a few words.
