@@ -222,3 +222,16 @@ def test_the_engine_has_left_the_not_run_list():
     data = json.loads((ROOT / "specdec" / "conformance" / "adapters" / "unavailable.json")
                       .read_text())
     assert "onnxruntime-genai" not in {row["engine"] for row in data["engines"]}
+
+
+def test_request_seeds_fit_the_engines_32_bit_seed_for_any_project_seed():
+    for seed in (0, 2026, 123_456, 2**40):
+        seeds = adapter.request_seeds(seed, 1_000_000, 500)
+        assert len(seeds) == len(set(seeds)) == 500
+        assert all(0 <= s < 2**31 for s in seeds)
+    assert adapter.request_seeds(7, 0, 5) == adapter.request_seeds(7, 0, 5)
+    assert adapter.request_seeds(7, 0, 5) != adapter.request_seeds(7, 1, 5)
+    with pytest.raises(ValueError, match="requests: must be >= 1"):
+        adapter.request_seeds(7, 0, 0)
+    with pytest.raises(ValueError, match="seed, stream: must be >= 0"):
+        adapter.request_seeds(-1, 0, 3)
