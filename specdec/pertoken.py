@@ -669,7 +669,9 @@ def laws_check(p_laws: Sequence[np.ndarray], tokens: Sequence[np.ndarray], *,
     ------
     ValueError
         No responses, ``p_laws``/``tokens``/``q_laws`` of different lengths or shapes, a
-        response longer than ``max_tokens``, no token at all.
+        row of ``p_laws`` or ``q_laws`` that is not a law (finite, non-negative, summing to
+        1 within 1e-6), token ids that are not integers in [0, V), a response longer than
+        ``max_tokens``, no token at all.
 
     References
     ----------
@@ -689,9 +691,28 @@ def laws_check(p_laws: Sequence[np.ndarray], tokens: Sequence[np.ndarray], *,
     names = ("draft_over_target", "target") if q_laws is not None else ("target",)
     values = {k: [] for k in names}
     lengths, impossible = [], 0
+
+    def law_rows(x, where):
+        x = np.asarray(x, dtype=np.float64)
+        if x.size and (not np.all(np.isfinite(x)) or x.min() < 0
+                       or np.abs(x.sum(axis=-1) - 1).max() > 1e-6):
+            raise ValueError(f"{where}: every row must be a law (finite, non-negative, "
+                             f"summing to 1 within 1e-6)")
+        return x
+
     for r, (p, toks) in enumerate(zip(p_laws, tokens)):
-        toks = np.asarray(toks, dtype=np.int64).ravel()
+        raw = np.asarray(toks)
+        if raw.size and not (np.issubdtype(raw.dtype, np.integer)
+                             or (np.issubdtype(raw.dtype, np.floating)
+                                 and np.all(raw == np.round(raw)))):
+            raise ValueError(f"tokens[{r}]: token ids must be integers (got dtype {raw.dtype})")
+        toks = raw.astype(np.int64).ravel()
         p = np.asarray(p, dtype=np.float64)
+        if p.ndim == 2:
+            p = law_rows(p, f"p_laws[{r}]")
+        if toks.size and p.ndim == 2 and (toks.min() < 0 or toks.max() >= p.shape[1]):
+            raise ValueError(f"tokens[{r}]: token ids must be in [0, {p.shape[1]}) "
+                             f"(got {toks.min()} to {toks.max()})")
         if toks.size > max_tokens:
             raise ValueError(f"tokens[{r}]: {toks.size} tokens, more than max_tokens "
                              f"({max_tokens})")
@@ -704,6 +725,7 @@ def laws_check(p_laws: Sequence[np.ndarray], tokens: Sequence[np.ndarray], *,
             if q.shape != p.shape:
                 raise ValueError(f"q_laws[{r}]: must have the shape of p_laws[{r}] "
                                  f"{p.shape} (got {q.shape})")
+            q = law_rows(q, f"q_laws[{r}]")
         v = rng.random(toks.size)
         if toks.size:
             impossible += int((p[np.arange(toks.size), toks] <= 0).sum())

@@ -235,3 +235,12 @@ def test_request_seeds_fit_the_engines_32_bit_seed_for_any_project_seed():
         adapter.request_seeds(7, 0, 0)
     with pytest.raises(ValueError, match="seed, stream: must be >= 0"):
         adapter.request_seeds(-1, 0, 3)
+
+
+def test_overall_verdict_needs_every_row_to_pass_and_every_control_to_fail():
+    rows = lambda **p: {"settings": [{"rows": [{"row": k, "passed": v} for k, v in p.items()]}]}
+    assert adapter.overall_verdict(rows(speculative=True, reference=True, control=False,
+                                        control_draft_law=False)) == "PASS"
+    assert adapter.overall_verdict(rows(speculative=False, reference=True)) == "FAIL"
+    assert adapter.overall_verdict(rows(speculative=True, reference=True,
+                                        control_draft_law=True)) == "FAIL"   # control missed

@@ -125,18 +125,32 @@ def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
     rows = mx.ortgenai_rows(_ortgenai_summary(), rule="min(1, p/q), residual, bonus")
     spec, ref = rows
     assert (spec.verdict, ref.verdict) == ("PASS", "PASS")
-    assert spec.setting == ("close draft, temperature 1, top-k 96, top-p 1, K = 4; draft "
+    assert spec.setting == ("close draft, temperature 1, top-k 96, top-p 1, γ = 4; draft "
                             "model (model.draft)")
     assert ref.setting.endswith("; no draft (reference)") and ref.rule.startswith("plain")
     assert (spec.trials, spec.detectable_tv, spec.seconds) == (43_000, 0.0204, 12.5)
     assert spec.control == ("temperature 1, no truncation: FAIL, as it must; the draft's law: "
-                            "FAIL, as it must") and ref.control == "-"
+                            "FAIL, as it must") and ref.control == spec.control
     assert spec.note == "acceptance 0.68; tolerance 1.7e-06 (engine logits vs torch)"
     assert spec.end_to_end and spec.resolution_wanted == 0.03
     bad = mx.ortgenai_rows(_ortgenai_summary(spec_passed=False, with_control=False),
                            rule="r", report="reports/onnxruntime-genai-x.md")
     assert bad[0].verdict == "FAIL" and bad[0].note.startswith("reports/onnxruntime-genai-x.md; ")
     assert bad[0].control == "-"
+    for key in ("passed",):
+        broken = _ortgenai_summary()
+        broken["settings"][0]["rows"][0][key] = "no"
+        with pytest.raises(ValueError, match=r"\['passed'\]: must be a bool"):
+            mx.ortgenai_rows(broken, rule="r")
+    idle = _ortgenai_summary()
+    idle["settings"][0]["rows"][0]["draft_tokens_proposed"] = 0
+    assert mx.ortgenai_rows(idle, rule="r")[0].verdict == "NOT RUN"
+    twice = _ortgenai_summary()
+    twice["settings"][0]["rows"].append(dict(twice["settings"][0]["rows"][0]))
+    with pytest.raises(ValueError, match="has two 'speculative' rows"):
+        mx.ortgenai_rows(twice, rule="r")
+    with pytest.raises(ValueError, match="empty"):
+        mx.ortgenai_rows({"version": "0", "settings": []}, rule="r")
     from specdec.conformance.adapters import ortgenai
 
     with_caller = _ortgenai_summary()
@@ -167,7 +181,7 @@ def test_run_jobs_in_order_with_verdict_exit_codes_and_failures():
     assert out["b"]["returncode"] == 1 and all(o["seconds"] > 0 for o in out.values())
     with pytest.raises(mx.JobFailed, match="bad: exit status 2: boom"):
         mx.run_jobs([_job("bad", "import sys; sys.stderr.write('boom'); sys.exit(2)")])
-    with pytest.raises(mx.JobFailed, match="text: the output is not JSON"):
+    with pytest.raises(mx.JobFailed, match="text: exit status 0, the output is not JSON"):
         mx.run_jobs([_job("text", "print('hello')")])
     with pytest.raises(mx.JobFailed, match="slow: no result within 1 s .killed.; the end "
                                            "of its stderr: started"):
@@ -286,3 +300,23 @@ def test_mlx_rows_one_per_setting_with_the_controls_on_every_row():
         "target's law: FAIL, as it must (p < 1e-300)")
     with pytest.raises(KeyError):
         mx.mlx_rows({"version": "0.32.2"}, rule="matching")
+
+
+def test_openvino_rows_refuse_a_string_verdict_and_mark_undrafted_rows():
+    summary = {"version": "2026.4.1.0", "settings": {
+        "reference": _ov_setting("reference", None, "False")}}
+    with pytest.raises(ValueError, match=r"reference\['passed'\]: must be a bool"):
+        mx.openvino_rows(summary, rule="r")
+    with pytest.raises(ValueError, match="settings'\\]: empty"):
+        mx.openvino_rows({"version": "x", "settings": {}}, rule="r")
+    never = _ov_setting("t1_g2", 2, True)
+    never["undrafted_responses"] = 12
+    never["check"]["requests"] = 12
+    some = _ov_setting("t1_g4", 4, True)
+    some["undrafted_responses"] = 3
+    some["check"]["requests"] = 12
+    rows = mx.openvino_rows({"version": "x", "settings": {"t1_g2": never, "t1_g4": some}},
+                            rule="r")
+    assert [r.verdict for r in rows] == ["NOT RUN", "PASS"]
+    assert rows[0].note.startswith("12 of 12 responses were decoded without a draft token")
+    assert rows[1].note.startswith("3 of 12 responses")

@@ -165,6 +165,16 @@ def battery_row(battery: Mapping, **fields) -> MatrixRow:
                      note=note, **fields)
 
 
+def _passed(result: Mapping, where: str) -> bool:
+    """``result["passed"]``, which must be a bool (a string such as ``"False"`` would read
+    as a pass)."""
+    if "passed" not in result:
+        raise ValueError(f"{where}: no 'passed' field (not that adapter's summary?)")
+    if not isinstance(result["passed"], bool):
+        raise ValueError(f"{where}['passed']: must be a bool (got {result['passed']!r})")
+    return result["passed"]
+
+
 def _control_text(controls: Mapping, failed_key: str = "passed") -> str:
     parts = []
     for name, rep in controls.items():
@@ -277,18 +287,26 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
     Raises
     ------
     ValueError
-        A setting without its speculative or reference row.
+        No setting, a setting without its speculative or reference row or with one twice,
+        a ``passed`` that is not a bool.
     """
     rows = []
+    if not summary["settings"]:
+        raise ValueError("summary['settings']: empty (no setting ran)")
     for s in summary["settings"]:
-        by = {r["row"]: r for r in s["rows"]}
+        name = s.get("name", "setting")
+        by = {}
+        for r in s["rows"]:
+            if r["row"] in by:
+                raise ValueError(f"summary: setting {name!r} has two {r['row']!r} rows")
+            by[r["row"]] = r
         for need in ("speculative", "reference"):
             if need not in by:
                 raise ValueError(f"summary: setting {s.get('name')!r} has no {need} row")
         st = s["setting"]
         setting = (f"{st['draft']} draft, temperature {st['temperature']:g}, top-k "
-                   f"{st['top_k']}, top-p {st['top_p']:g}, K = {st['k']}")
-        parts = [f"{label}: " + ("FAIL, as it must" if not by[k]["passed"]
+                   f"{st['top_k']}, top-p {st['top_p']:g}, γ = {st['k']}")
+        parts = [f"{label}: " + ("FAIL, as it must" if not _passed(by[k], f"{name}.{k}")
                                  else "pass: the control missed")
                  for k, label in (("control", "temperature 1, no truncation"),
                                   ("control_draft_law", "the draft's law")) if k in by]
@@ -297,10 +315,15 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
         tol_text = "" if tol is None else f"tolerance {tol:.1e} (engine logits vs torch)"
         for key in ("speculative", "reference"):
             r = by[key]
+            passed = _passed(r, f"{name}.{key}")
+            verdict = "PASS" if passed else "FAIL"
             note = tol_text
             if key == "speculative" and r.get("acceptance_rate") is not None:
                 note = f"acceptance {r['acceptance_rate']:.2f}; " + note
-            if not r["passed"] and report:
+            if key == "speculative" and not r.get("draft_tokens_proposed", 1):
+                verdict = "NOT RUN"
+                note = "the engine proposed no draft token: this row did not speculate; " + note
+            if not passed and report:
                 note = f"{report}; " + note
             rows.append(MatrixRow(
                 implementation="ONNX Runtime GenAI", version=summary["version"],
@@ -309,9 +332,9 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
                 setting=setting + ("; draft model (model.draft)" if key == "speculative"
                                    else "; no draft (reference)"),
                 rule=rule if key == "speculative" else "plain sampling (reference)",
-                verdict="PASS" if r["passed"] else "FAIL",
+                verdict=verdict,
                 detectable_tv=r["detectable_tv"], trials=r["tokens"], seconds=r.get("seconds"),
-                control=control if key == "speculative" else "-", note=note))
+                control=control, note=note))
     cd = summary.get("caller_drafts")
     if cd:
         probe = cd.get("probe", {})
@@ -332,28 +355,39 @@ def openvino_rows(summary: Mapping, *, rule: str,
     ABORTS row when any request raised."""
     settings = summary["settings"]
     controls = {n: s for n, s in settings.items() if s["control"]}
+    if not settings:
+        raise ValueError("summary['settings']: empty (no setting ran)")
     control = "-" if not controls else "; ".join(
-        f"{n}: {'FAIL, as it must' if not s['passed'] else 'pass: the control missed'}"
+        f"{n}: {'FAIL, as it must' if not _passed(s, n) else 'pass: the control missed'}"
         for n, s in controls.items())
     rows = []
     for name, s in settings.items():
         if s["control"]:
             continue
         st, chk = s["setting"], s["check"]
+        passed = _passed(s, name)
+        undrafted = s.get("undrafted_responses", 0) if st["gamma"] is not None else 0
         setting = (f"temperature {st['temperature']:g}"
                    + (f", top-k {st['top_k']}" if st["top_k"] else "")
                    + (f", num_assistant_tokens {st['gamma']}" if st["gamma"] is not None
                       else ", no draft (reference)"))
         note = ""
-        if not s["passed"]:
+        if not passed:
             note = (f"emitted tokens not from the target's law (mean PIT along the target's "
                     f"order {chk['means'].get('target', float('nan')):.3f}, 0.5 if exact; "
                     f"{report})")
+        verdict = "PASS" if passed else "FAIL"
+        if undrafted:
+            requests = chk.get("requests", undrafted)
+            note = (f"{undrafted} of {requests} responses were decoded without a draft token; "
+                    + note)
+            if undrafted >= requests:
+                verdict = "NOT RUN"
         rows.append(MatrixRow(
             implementation="OpenVINO GenAI LLMPipeline + draft_model" if st["gamma"] is not None
             else "OpenVINO GenAI LLMPipeline", version=summary["version"],
             interface="LLMPipeline.generate, seeded; every emitted token tested",
-            setting=setting, rule=rule, verdict="PASS" if s["passed"] else "FAIL",
+            setting=setting, rule=rule, verdict=verdict,
             detectable_tv=chk["detectable_tv"], trials=chk["tokens"], seconds=s["seconds"],
             control=control, note=note))
     probe = summary.get("prefix_caching")
@@ -379,7 +413,7 @@ def _pertoken_control_text(controls: Mapping, labels: Mapping[str, str]) -> str:
     that: a p-value that underflowed), '-' for none."""
     parts = []
     for name, c in controls.items():
-        verdict = "pass: the control missed" if c["passed"] else "FAIL, as it must"
+        verdict = "pass: the control missed" if _passed(c, name) else "FAIL, as it must"
         p = c["pvalue"]
         parts.append(f"{labels.get(name, name)}: {verdict} "
                      f"({'p < 1e-300' if p < 1e-300 else f'p = {p:.1e}'})")
@@ -415,7 +449,8 @@ def mlx_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
                        "tested") if spec else
                       "stream_generate (no draft), end to end; every emitted token tested",
             setting=r["label"], rule=rule if spec else "plain sampling",
-            verdict="PASS" if r["passed"] else "FAIL", detectable_tv=r["detectable_tv"],
+            verdict="PASS" if _passed(r, r.get("label", "row")) else "FAIL",
+            detectable_tv=r["detectable_tv"],
             trials=r["tokens"], seconds=r["seconds"], control=control,
             note=note))
     return rows
@@ -501,7 +536,9 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1) -> di
         try:
             summary = json.loads(stdout)
         except ValueError:
-            raise JobFailed(f"{job.name}: the output is not JSON: {stdout[:300]!r}") from None
+            raise JobFailed(f"{job.name}: exit status {proc.returncode}, the output is not "
+                            f"JSON: {stdout[:300]!r}; the end of its stderr: "
+                            f"{stderr[-2000:]}") from None
         out[job.name] = {"summary": summary, "seconds": time.perf_counter() - t0,
                          "returncode": proc.returncode}
 

@@ -753,7 +753,10 @@ def run_all(*, seed: int = 0, requests: int = 1500, tokens: int = 32, settings=N
 
 
 def main(argv=None) -> int:
-    """``python -m specdec.conformance.adapters.ortgenai [--seed N] [...]``: the JSON summary."""
+    """``python -m specdec.conformance.adapters.ortgenai [--seed N] [...]``: the JSON summary.
+
+    Exit status 0 when every row passes and every control fails, 1 otherwise (a verdict),
+    2 for bad arguments or a missing engine."""
     ap = argparse.ArgumentParser(prog="python -m specdec.conformance.adapters.ortgenai",
                                  description="Check ONNX Runtime GenAI's draft-model speculative "
                                              "decoding per token on tiny models built here.")
@@ -778,11 +781,27 @@ def main(argv=None) -> int:
     except ImportError as exc:
         print(exc, file=sys.stderr)
         return 2
-    json.dump(run_all(seed=args.seed, requests=args.requests, tokens=args.tokens, settings=names,
-                      folder=Path(args.models) if args.models else None,
-                      log=lambda m: print(m, file=sys.stderr, flush=True)), sys.stdout, indent=1)
+    if args.models and Path(args.models).exists() and not Path(args.models).is_dir():
+        ap.error(f"--models: {args.models} is not a folder")
+    summary = run_all(seed=args.seed, requests=args.requests, tokens=args.tokens,
+                      settings=names, folder=Path(args.models) if args.models else None,
+                      log=lambda m: print(m, file=sys.stderr, flush=True))
+    summary["verdict"] = overall_verdict(summary)
+    json.dump(summary, sys.stdout, indent=1)
     print()
-    return 0
+    return 0 if summary["verdict"] == "PASS" else 1
+
+
+def overall_verdict(summary) -> str:
+    """``"PASS"`` when every speculative and reference row passes and every control fails
+    (a control that passes means the run could not see an error of its size), else
+    ``"FAIL"``: the command line's exit status, 0 or 1, as the other adapters'."""
+    ok = True
+    for s in summary["settings"]:
+        for r in s["rows"]:
+            must_pass = r["row"] in ("speculative", "reference")
+            ok = ok and (bool(r["passed"]) == must_pass)
+    return "PASS" if ok else "FAIL"
 
 
 if __name__ == "__main__":
