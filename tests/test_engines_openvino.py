@@ -138,7 +138,8 @@ def test_target_laws_are_laws_of_each_position_and_check_their_input():
     (["--tolerance", "2"], r"--tolerance: must be in \[0, 1\]"),
     (["--settings", "nope"], "--settings: must be names among"),
     (["--probe-requests", "-1"], "--probe-requests: must be >= 0"),
-    (["--draft-noise", "-0.1"], "--draft-noise: must be >= 0"),
+    (["--draft-noise", "-0.1"], "--draft-noise: must be a finite number >= 0"),
+    (["--draft-noise", "inf"], "--draft-noise: must be a finite number >= 0"),
 ])
 def test_bad_options_are_named(args, message, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -868,8 +868,8 @@ def main(argv=None) -> int:
         ap.error("--probe-requests: must be >= 0")
     if args.tolerance is not None and not 0 <= args.tolerance <= 1:
         ap.error("--tolerance: must be in [0, 1]")
-    if not args.draft_noise >= 0:
-        ap.error("--draft-noise: must be >= 0")
+    if not 0 <= args.draft_noise < float("inf"):
+        ap.error("--draft-noise: must be a finite number >= 0")
     names = [n for n in args.settings.split(",") if n]
     unknown = [n for n in names if n not in by_name]
     if unknown or not names:
