@@ -131,7 +131,7 @@ def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
     assert (spec.trials, spec.detectable_tv, spec.seconds) == (43_000, 0.0204, 12.5)
     assert spec.control == ("temperature 1, no truncation: FAIL, as it must; the draft's law: "
                             "FAIL, as it must") and ref.control == spec.control
-    assert spec.note == "acceptance 0.68; tolerance 1.7e-06 (engine logits vs torch)"
+    assert spec.note == "acceptance 0.68; tolerance 1.7 × 10⁻⁶ (engine logits vs torch)"
     assert spec.end_to_end and spec.resolution_wanted == 0.03
     bad = mx.ortgenai_rows(_ortgenai_summary(spec_passed=False, with_control=False),
                            rule="r", report="reports/onnxruntime-genai-x.md")
@@ -284,20 +284,20 @@ def test_mlx_rows_one_per_setting_with_the_controls_on_every_row():
     assert plain.control == spec.control        # the reference row's pass needs them too
     assert plain.interface == ("stream_generate (no draft), end to end; every emitted token "
                                "tested")
-    assert plain.note == ("101 tokens/s; numerical disagreement (per-token TV) up to 3.0e-07, "
+    assert plain.note == ("101 tokens/s; numerical disagreement (per-token TV) up to 3.0 × 10⁻⁷, "
                           "the tolerance")
     assert (spec.verdict, spec.rule, spec.trials, spec.seconds, spec.detectable_tv) == (
         "FAIL", "matching", 19200, 190.5, 0.0288)
     assert spec.setting == "temperature 1, num_draft_tokens 3" and spec.end_to_end
     assert spec.interface.startswith("stream_generate(draft_model=...), end to end")
     assert spec.control == ("temperature-0.7 tokens against the law at 1: FAIL, as it must "
-                            "(p = 2.5e-12); the draft model's own decoding against the "
-                            "target's law: pass: the control missed (p = 5.0e-01)")
+                            "(p = 2.5 × 10⁻¹²); the draft model's own decoding against the "
+                            "target's law: pass: the control missed (p = 0.5)")
     assert "40% of tokens from accepted drafts" in spec.note
     assert spec.resolution_wanted == 0.03 and spec.trials_for() == 19200
     summary["controls"]["draft_law"] = {"passed": False, "pvalue": 0.0}
     assert mx.mlx_rows(summary, rule="matching")[1].control.endswith(
-        "target's law: FAIL, as it must (p < 1e-300)")
+        "target's law: FAIL, as it must (p < 10⁻³⁰⁰)")
     with pytest.raises(KeyError):
         mx.mlx_rows({"version": "0.32.2"}, rule="matching")
 

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..book.prose import pvalue_text, sci
+
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
            "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
            "ortgenai_rows", "mlx_rows", "hf_rows", "unavailable_rows"]
@@ -312,7 +314,7 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
                                   ("control_draft_law", "the draft's law")) if k in by]
         control = "; ".join(parts) or "-"
         tol = s.get("tolerance")
-        tol_text = "" if tol is None else f"tolerance {tol:.1e} (engine logits vs torch)"
+        tol_text = "" if tol is None else f"tolerance {sci(tol)} (engine logits vs torch)"
         for key in ("speculative", "reference"):
             r = by[key]
             passed = _passed(r, f"{name}.{key}")
@@ -409,14 +411,14 @@ _MLX_CONTROLS = {"temperature_mismatch": "temperature-0.7 tokens against the law
 
 
 def _pertoken_control_text(controls: Mapping, labels: Mapping[str, str]) -> str:
-    """'label: FAIL, as it must (p = 1.0e-12)' per per-token control ('p < 1e-300' below
-    that: a p-value that underflowed), '-' for none."""
+    """'label: FAIL, as it must (p = 1 × 10⁻¹²)' per per-token control (``p < 10⁻³⁰⁰`` for
+    a p-value that underflowed to 0), '-' for none."""
     parts = []
     for name, c in controls.items():
         verdict = "pass: the control missed" if _passed(c, name) else "FAIL, as it must"
         p = c["pvalue"]
         parts.append(f"{labels.get(name, name)}: {verdict} "
-                     f"({'p < 1e-300' if p < 1e-300 else f'p = {p:.1e}'})")
+                     f"(p {'' if p == 0 else '= '}{pvalue_text(p)})")
     return "; ".join(parts) or "-"
 
 
@@ -440,7 +442,7 @@ def mlx_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
         note = (f"{r['tokens_per_second']:g} tokens/s"
                 + (f", {100 * r['from_draft_fraction']:.0f}% of tokens from accepted drafts"
                    if spec and r.get("from_draft_fraction") is not None else "")
-                + (f"; numerical disagreement (per-token TV) up to {dis['max_tv']:.1e}, "
+                + (f"; numerical disagreement (per-token TV) up to {sci(dis['max_tv'])}, "
                    f"the tolerance" if "max_tv" in dis else ""))
         rows.append(MatrixRow(
             implementation="mlx-lm", version=f"{summary['version']} (mlx-cpu "
