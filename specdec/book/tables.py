@@ -18,7 +18,8 @@ from typing import Mapping, Sequence
 _LABEL = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
 
-def table_markdown(rows: str | Sequence[str], caption: str, name: str) -> str:
+def table_markdown(rows: str | Sequence[str], caption: str, name: str,
+                   widths: Sequence[int] | None = None) -> str:
     """MyST source of a numbered table.
 
     Parameters
@@ -30,6 +31,10 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str) -> str:
     name : str
         The label, e.g. ``"tab-draft-sweep"``: lower case words joined by hyphens, starting
         with ``tab-``.
+    widths : sequence of int, optional
+        Relative column widths (the directive's ``:widths:``), one positive integer per
+        column: the PDF then wraps every column in its share of the line instead of
+        letting long cells squeeze the others.
 
     Returns
     -------
@@ -40,8 +45,9 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str) -> str:
     Raises
     ------
     ValueError
-        If the caption is empty or spans lines, the label does not follow the rule, or the
-        rows are not a Markdown table (every line starts with ``|``).
+        If the caption is empty or spans lines, the label does not follow the rule, the
+        rows are not a Markdown table (every line starts with ``|``), or ``widths`` does
+        not give one positive integer per column.
 
     Examples
     --------
@@ -62,7 +68,15 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str) -> str:
     if len(lines) < 2 or not all(line.lstrip().startswith("|") for line in lines):
         raise ValueError("rows: must be the lines of a Markdown table (header, separator, "
                          "body), each starting with '|'")
-    return "\n".join([f":::{{table}} {caption.strip()}", f":name: {name}", "", *lines, ":::"])
+    head = [f":::{{table}} {caption.strip()}", f":name: {name}"]
+    if widths is not None:
+        columns = lines[0].strip().strip("|").count("|") + 1
+        if len(widths) != columns or not all(isinstance(w, int) and not isinstance(w, bool)
+                                             and w > 0 for w in widths):
+            raise ValueError(f"widths: need {columns} positive integers, one per column "
+                             f"(got {list(widths)!r})")
+        head.append(":widths: " + " ".join(str(w) for w in widths))
+    return "\n".join([*head, "", *lines, ":::"])
 
 
 def number_tables(markdown: str, captions: Sequence[tuple[str, str]]) -> str:
@@ -110,14 +124,15 @@ def number_tables(markdown: str, captions: Sequence[tuple[str, str]]) -> str:
     return "\n".join(out)
 
 
-def numbered_table(rows: str | Sequence[str], caption: str, name: str):
+def numbered_table(rows: str | Sequence[str], caption: str, name: str,
+                   widths: Sequence[int] | None = None):
     """Display object of :func:`table_markdown` (an IPython ``Markdown``), for a cell's last line.
 
     Used in every chapter that shows a table.
     """
     from IPython.display import Markdown
 
-    return Markdown(table_markdown(rows, caption, name))
+    return Markdown(table_markdown(rows, caption, name, widths))
 
 
 def format_cell(value) -> str:
