@@ -692,40 +692,37 @@ def laws_check(p_laws: Sequence[np.ndarray], tokens: Sequence[np.ndarray], *,
     values = {k: [] for k in names}
     lengths, impossible = [], 0
 
-    def law_rows(x, where):
-        x = np.asarray(x, dtype=np.float64)
-        if x.size and (not np.all(np.isfinite(x)) or x.min() < 0
-                       or np.abs(x.sum(axis=-1) - 1).max() > 1e-6):
-            raise ValueError(f"{where}: every row must be a law (finite, non-negative, "
-                             f"summing to 1 within 1e-6)")
-        return x
+    def checked(law, toks, where):
+        """_laws_tokens (finite, non-negative, ids in range), rows summing to 1, named."""
+        try:
+            law, toks = _laws_tokens(law, toks)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if law.size and np.abs(law.sum(axis=1) - 1).max() > 1e-6:
+            raise ValueError(f"{where}: every row must be a law (summing to 1 within 1e-6)")
+        return law, toks
 
     for r, (p, toks) in enumerate(zip(p_laws, tokens)):
-        raw = np.asarray(toks)
-        if raw.size and not (np.issubdtype(raw.dtype, np.integer)
-                             or (np.issubdtype(raw.dtype, np.floating)
-                                 and np.all(raw == np.round(raw)))):
-            raise ValueError(f"tokens[{r}]: token ids must be integers (got dtype {raw.dtype})")
-        toks = raw.astype(np.int64).ravel()
+        toks = np.asarray(toks)
+        if toks.size and np.issubdtype(toks.dtype, np.floating) \
+                and np.all(toks == np.round(toks)):
+            toks = toks.astype(np.int64)          # integral floats, as check_int takes them
+        toks = toks.ravel() if toks.size else np.zeros(0, dtype=np.int64)
         p = np.asarray(p, dtype=np.float64)
-        if p.ndim == 2:
-            p = law_rows(p, f"p_laws[{r}]")
-        if toks.size and p.ndim == 2 and (toks.min() < 0 or toks.max() >= p.shape[1]):
-            raise ValueError(f"tokens[{r}]: token ids must be in [0, {p.shape[1]}) "
-                             f"(got {toks.min()} to {toks.max()})")
-        if toks.size > max_tokens:
-            raise ValueError(f"tokens[{r}]: {toks.size} tokens, more than max_tokens "
-                             f"({max_tokens})")
         if p.ndim != 2 or p.shape[0] != toks.size:
             raise ValueError(f"p_laws[{r}]: must have shape (tokens, V) = ({toks.size}, V) "
                              f"(got {p.shape})")
+        p, toks = checked(p, toks, f"p_laws[{r}], tokens[{r}]")
+        if toks.size > max_tokens:
+            raise ValueError(f"tokens[{r}]: {toks.size} tokens, more than max_tokens "
+                             f"({max_tokens})")
         q = None
         if q_laws is not None:
             q = np.asarray(q_laws[r], dtype=np.float64)
             if q.shape != p.shape:
                 raise ValueError(f"q_laws[{r}]: must have the shape of p_laws[{r}] "
                                  f"{p.shape} (got {q.shape})")
-            q = law_rows(q, f"q_laws[{r}]")
+            q, _ = checked(q, toks, f"q_laws[{r}]")
         v = rng.random(toks.size)
         if toks.size:
             impossible += int((p[np.arange(toks.size), toks] <= 0).sum())

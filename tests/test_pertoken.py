@@ -394,14 +394,14 @@ def test_laws_check_errors_name_the_argument():
                       q_laws=[law[:2]])
     with pytest.raises(ValueError, match="tokens: no tokens were emitted"):
         pt.laws_check([law[:0]], [[]], max_tokens=3, rng=np.random.default_rng(0))
-    for bad, where in ((np.full((3, 4), np.nan), "q_laws"), (-law, "q_laws"),
-                       (5 * law, "q_laws")):
-        with pytest.raises(ValueError, match=rf"{where}\[0\]: every row must be a law"):
+    for bad, rule in ((np.full((3, 4), np.nan), "finite and >= 0"), (-law, "finite and >= 0"),
+                      (5 * law, "every row must be a law")):
+        with pytest.raises(ValueError, match=rf"q_laws\[0\]: .*{rule}"):
             pt.laws_check([law], [[0, 1, 2]], max_tokens=3, rng=np.random.default_rng(0),
                           q_laws=[bad])
-    with pytest.raises(ValueError, match=r"p_laws\[0\]: every row must be a law"):
+    with pytest.raises(ValueError, match=r"p_laws\[0\], tokens\[0\]: every row must be a law"):
         pt.laws_check([law / 2], [[0, 1, 2]], max_tokens=3, rng=np.random.default_rng(0))
-    with pytest.raises(ValueError, match=r"tokens\[0\]: token ids must be in \[0, 4\)"):
+    with pytest.raises(ValueError, match=r"tokens\[0\]: tokens: must lie in \[0, 4\)"):
         pt.laws_check([law], [[0, 1, 4]], max_tokens=3, rng=np.random.default_rng(0))
-    with pytest.raises(ValueError, match=r"tokens\[0\]: token ids must be integers"):
+    with pytest.raises(ValueError, match=r"tokens\[0\]: tokens: must be integers"):
         pt.laws_check([law], [[0, 1, 2.7]], max_tokens=3, rng=np.random.default_rng(0))
