@@ -226,9 +226,12 @@ def test_the_engine_has_left_the_not_run_list():
 
 def test_request_seeds_fit_the_engines_32_bit_seed_for_any_project_seed():
     for seed in (0, 2026, 123_456, 2**40):
-        seeds = adapter.request_seeds(seed, 1_000_000, 500)
+        seeds = adapter.request_seeds(seed, 1_000_000, 500, bits=31)   # as the adapter asks
         assert len(seeds) == len(set(seeds)) == 500
         assert all(0 <= s < 2**31 for s in seeds)
+    import inspect
+    assert "bits=31" in inspect.getsource(adapter.run_setting if hasattr(adapter, "run_setting")
+                                          else adapter)
     assert adapter.request_seeds(7, 0, 5) == adapter.request_seeds(7, 0, 5)
     assert adapter.request_seeds(7, 0, 5) != adapter.request_seeds(7, 1, 5)
     with pytest.raises(ValueError, match="requests: must be >= 1"):

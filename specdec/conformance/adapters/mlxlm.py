@@ -73,6 +73,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .seeds import request_seeds
+
 __all__ = ["PINNED", "MLX_PINNED", "RULE", "ModelConfig", "Setting", "version", "check_version",
            "request_seeds", "tiny_tokenizer", "build_models", "top_p_mask", "law_from_logits",
            "model_laws", "engine_laws", "decode", "check_row", "run_all", "main"]
@@ -238,27 +240,6 @@ def _mlx():
     return dict(mx=mx, tree_flatten=tree_flatten, tree_unflatten=tree_unflatten,
                 stream_generate=stream_generate, Model=Model, ModelArgs=ModelArgs,
                 make_sampler=make_sampler, apply_top_p=apply_top_p)
-
-
-def request_seeds(seed: int, row: int, requests: int) -> np.ndarray:
-    """The mlx seeds of a row's requests, from ``SeedSequence([seed, row])``.
-
-    Returns
-    -------
-    numpy.ndarray of uint32, shape (requests,)
-        Same ``(seed, row)``, same seeds.
-
-    Raises
-    ------
-    ValueError
-        A negative seed or row, or requests < 1.
-    """
-    for name, v in (("seed", seed), ("row", row)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name}: must be a non-negative integer (got {v!r})")
-    if isinstance(requests, bool) or not isinstance(requests, (int, np.integer)) or requests < 1:
-        raise ValueError(f"requests: must be a positive integer (got {requests!r})")
-    return np.random.SeedSequence([int(seed), int(row)]).generate_state(int(requests))
 
 
 def tiny_tokenizer(vocab: int):

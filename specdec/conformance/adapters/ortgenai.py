@@ -88,6 +88,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .seeds import request_seeds
+
 __all__ = ["PINNED", "SOURCE_COMMIT", "RULE", "CALLER_DRAFTS", "VOCAB", "Setting", "SETTINGS",
            "version", "probe_caller_drafts",
            "check_version", "truncated_law", "read_response", "spec_config", "build_models",
@@ -517,35 +519,6 @@ def _spec_folder(folder: Path, draft: str, k: int) -> Path:
 
 # ----------------------------------------------------------------------------- runs
 
-def request_seeds(seed: int, stream: int, requests: int) -> list[int]:
-    """``requests`` distinct engine seeds for ``(seed, stream)``, each below 2**31.
-
-    ``GeneratorParams.set_search_options(random_seed=...)`` takes a 32-bit signed integer
-    (a larger one raises "Unable to cast Python instance of type <class 'int'>"), so the
-    seeds come from ``numpy.random.SeedSequence([seed, stream])`` rather than from
-    arithmetic on ``seed`` (seed 2026 times ten million overflowed). Distinct by
-    construction: a repeat is redrawn from the next words of the sequence.
-
-    Raises
-    ------
-    ValueError
-        ``seed`` or ``stream`` negative, ``requests`` < 1.
-    """
-    if seed < 0 or stream < 0:
-        raise ValueError(f"seed, stream: must be >= 0 (got {seed}, {stream})")
-    if requests < 1:
-        raise ValueError(f"requests: must be >= 1 (got {requests})")
-    words = np.random.SeedSequence([seed, stream]).generate_state(4 * requests + 16)
-    out, seen = [], set()
-    for w in (int(x) & 0x7FFF_FFFF for x in words):
-        if w not in seen:
-            seen.add(w)
-            out.append(w)
-        if len(out) == requests:
-            return out
-    raise RuntimeError("request_seeds: too many repeats")   # never for a 32-bit stream
-
-
 def _generate(og, model, prompts, n: int, s: Setting, seeds):
     """Token arrays of one sampled request per prompt, and the summed speculative stats."""
     out, stats = [], {}
@@ -658,7 +631,7 @@ def run_setting(name: str, setting: Setting, *, requests: int, tokens: int, seed
     tol = None
     for row, model, offset in (("speculative", spec, 0), ("reference", plain, 1_000_000)):
         t0 = time.perf_counter()
-        seeds = request_seeds(seed, offset, requests)
+        seeds = request_seeds(seed, offset, requests, bits=31)   # a signed 32-bit seed
         resp, stats = _generate(og, model, prompts, tokens, setting, seeds)
         gen_s = time.perf_counter() - t0
         tl = _torch_logits(hf["target"], prompts, resp)
