@@ -121,7 +121,7 @@ from .kitstats import holm_adjust
 
 __all__ = ["ORDERINGS", "randomized_pit", "order_keys", "pooled_top_cells", "mean_pvalue", "laws_check",
            "ks_pvalue",
-           "detectable_tv", "PerTokenCheck", "pertoken_test", "response_laws"]
+           "detectable_tv", "tokens_for", "PerTokenCheck", "pertoken_test", "response_laws"]
 
 #: The orders of the cells this module knows (see the module docstring).
 ORDERINGS = ("draft_over_target", "target")
@@ -446,6 +446,60 @@ def detectable_tv(n: int, *, false_alarm: float, power: float = 0.9, orderings: 
     z = float(ndtri(b))
     return float(min(1.0, 2 * eta + (math.sqrt(2 * math.log(2 * m / a)) + z)
                      / math.sqrt(3 * n)))
+
+
+def tokens_for(resolution: float, *, false_alarm: float, power: float = 0.9,
+               orderings: int = 1, tolerance: float = 0.0) -> int:
+    """Fewest positions at which :func:`detectable_tv` is at most ``resolution``.
+
+    The inverse of :func:`detectable_tv`:
+    ``n = ceil(((sqrt(2 ln(2 m / false_alarm)) + z_power) / (sqrt(3) (resolution - 2
+    tolerance)))^2)``, with ``m`` the tests of the Holm family (``orderings``; a
+    :func:`pertoken_test` of ``k`` orderings has ``2 k``).
+
+    Parameters
+    ----------
+    resolution : float
+        The per-token TV to detect, in (2 tolerance, 1].
+    false_alarm, power, orderings, tolerance
+        As in :func:`detectable_tv`.
+
+    Returns
+    -------
+    int
+        Positions (emitted tokens), >= 1.
+
+    Raises
+    ------
+    ValueError
+        Arguments outside their ranges, or ``resolution <= 2 tolerance`` (no number of
+        tokens resolves an error the tolerance already allows).
+
+    Examples
+    --------
+    >>> tokens_for(0.02, false_alarm=1e-6, orderings=4)
+    39904
+    >>> detectable_tv(39904, false_alarm=1e-6, orderings=4) <= 0.02
+    True
+    """
+    if isinstance(resolution, (bool, str)):
+        raise ValueError(f"resolution: must be a real number in (0, 1] (got {resolution!r})")
+    r = check_real(resolution, "resolution", "(0, 1]")
+    m = check_int(orderings, "orderings", minimum=1)
+    a = check_real(false_alarm, "false_alarm", "(0, 1)")
+    b = check_real(power, "power", "(0, 1)")
+    eta = check_real(tolerance, "tolerance", "[0, 1]")
+    if r <= 2 * eta:
+        raise ValueError(f"resolution: must exceed twice the tolerance ({2 * eta:.3g}); got "
+                         f"{r!r}")
+    root = (math.sqrt(2 * math.log(2 * m / a)) + float(ndtri(b))) / (math.sqrt(3) * (r - 2 * eta))
+    n = max(1, math.ceil(root ** 2))
+    while n > 1 and detectable_tv(n - 1, false_alarm=a, power=b, orderings=m,
+                                  tolerance=eta) <= r:
+        n -= 1                                    # floating point: the fewest that reach it
+    while detectable_tv(n, false_alarm=a, power=b, orderings=m, tolerance=eta) > r:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)

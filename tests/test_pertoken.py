@@ -405,3 +405,62 @@ def test_laws_check_errors_name_the_argument():
         pt.laws_check([law], [[0, 1, 4]], max_tokens=3, rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"tokens\[0\]: tokens: must be integers"):
         pt.laws_check([law], [[0, 1, 2.7]], max_tokens=3, rng=np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------ tokens for a resolution
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.005, 1.0), st.floats(1e-9, 0.5), st.floats(0.5, 0.999),
+       st.integers(1, 8), st.floats(0.0, 0.002))
+def test_tokens_for_is_the_fewest_that_reach_the_resolution(r, a, b, m, eta):
+    n = pt.tokens_for(r, false_alarm=a, power=b, orderings=m, tolerance=eta)
+    kw = dict(false_alarm=a, power=b, orderings=m, tolerance=eta)
+    assert pt.detectable_tv(n, **kw) <= r
+    assert n == 1 or pt.detectable_tv(n - 1, **kw) > r
+
+
+def test_tokens_for_exact_values_and_refusals():
+    assert pt.tokens_for(0.02, false_alarm=1e-6, orderings=4) == 39904
+    assert pt.tokens_for(0.02, false_alarm=1e-6, orderings=4, tolerance=5e-4) == 44214
+    assert pt.tokens_for(1.0, false_alarm=0.5) == 1
+    with pytest.raises(ValueError, match="resolution: must exceed twice the tolerance"):
+        pt.tokens_for(0.02, false_alarm=1e-6, tolerance=0.01)
+    for bad in (0.0, -0.1, 1.5, float("nan"), True, "0.02"):
+        with pytest.raises(ValueError, match="resolution"):
+            pt.tokens_for(bad, false_alarm=1e-6)
+    with pytest.raises(ValueError, match="orderings"):
+        pt.tokens_for(0.02, false_alarm=1e-6, orderings=0)
+    with pytest.raises(ValueError, match="false_alarm"):
+        pt.tokens_for(0.02, false_alarm=1.0)
+
+
+# ------------------------------------------------------------------ shared law tables
+def test_response_law_table_shares_identical_texts_and_matches_response_laws(toy_models):
+    target, draft = toy_models
+    hot = dec.SamplingSettings(temperature=1.0)
+    out = dec.autoregressive(target, ["abc", "de"] * 6, 8, np.random.default_rng(4))
+    responses = [tc.Response(["abc", "de"][k % 2], k, t, False)
+                 for k, t in enumerate(out.tokens)]
+    twice = responses + [tc.Response(r.prompt, 100 + r.seed, r.tokens, False)
+                         for r in responses]                    # a second server, same texts
+    one = tc.response_law_table(twice, target, draft, settings=hot, max_tokens=8)
+    two = tc.response_law_table(twice, target, draft, settings=hot, max_tokens=8, workers=2)
+    assert len(one) == len({(r.prompt, tuple(r.tokens)) for r in responses})
+    for key, (p, q) in one.items():
+        toks = np.asarray(key[1])
+        np.testing.assert_array_equal(p, pt.response_laws(target, nn.encode(key[0]), toks, hot))
+        np.testing.assert_array_equal(q, pt.response_laws(draft, nn.encode(key[0]), toks, hot))
+        np.testing.assert_array_equal(p, two[key][0])
+    # a check with the table gives exactly the check without it (same uniforms)
+    plain = tc.model_pertoken_check(twice, target, draft, settings=hot, max_tokens=8,
+                                    rng=np.random.default_rng(3))
+    shared = tc.model_pertoken_check(twice, target, draft, settings=hot, max_tokens=8,
+                                     rng=np.random.default_rng(3), table=one)
+    assert plain.means == shared.means and plain.pvalue == shared.pvalue
+    assert shared.extra["distinct_texts"] == len(one)
+    no_draft = tc.response_law_table(responses[:2], target, None, settings=hot)
+    assert all(q is None for _, q in no_draft.values())
+    with pytest.raises(ValueError, match="more than max_tokens"):
+        tc.response_law_table(responses, target, draft, settings=hot, max_tokens=3)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="workers"):
+            tc.response_law_table(responses, target, draft, settings=hot, workers=bad)

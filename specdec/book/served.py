@@ -29,6 +29,7 @@ Used in Chapter 8.
 from __future__ import annotations
 
 import importlib.util
+import math
 import subprocess
 import sys
 import time
@@ -47,8 +48,8 @@ from .instruments import (COST_ESTIMATOR, HEADLINE, interleave_languages, last_l
                           memory_bandwidth, pass_times, predicted_speedup, run_context,
                           sampled_protocol, weight_bytes, window_costs)
 
-__all__ = ["load_engine", "rule_acceptance", "ServedStudy", "run_served_study", "ScaleStudy",
-           "run_scale_study"]
+__all__ = ["load_engine", "rule_acceptance", "pertoken_exactness", "ServedStudy",
+           "run_served_study", "ScaleStudy", "run_scale_study"]
 
 
 def load_engine():
@@ -98,6 +99,175 @@ def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequen
     match, rejection = np.concatenate(match), np.concatenate(rejection)
     return {"temperature": temperature, "match": float(match.mean()),
             "rejection": float(rejection.mean()), "positions": int(match.size)}
+
+
+def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
+                       prompts: Sequence[str], resolution: float = 0.02, max_tokens: int,
+                       seed: int, slots: int = 4, stop_margin: float = 0.05, exact_cache: bool = False, control_requests: int = 60,
+                       control_top_k: int = 4, disagreement_requests: int = 8,
+                       false_alarm: float = 1e-6, log=lambda *_: None) -> dict:
+    """Per-token exactness of one target served with and without the draft, and its
+    positive controls, every emitted token tested (:mod:`specdec.pertoken`).
+
+    Three llama-servers run at once, one thread each: the target plain, the target with
+    the draft (draft length ``gamma``), and the target with the draft and llama.cpp's
+    synthetic acceptance (``--spec-synth-len gamma + 1``, a benchmarking option that
+    accepts drafted tokens at a fixed rate whatever the target says). They have the cache
+    type and attention of the timed servers (``exact_cache``) and ``slots`` slots instead
+    of one, so that the large target's passes are batched.
+
+    1. The per-token disagreement between the plain server's sampling laws and numpy's
+       (:func:`specdec.client.tokencheck.engine_disagreement`): every check's tolerance.
+    2. Seeded requests (:func:`specdec.client.tokencheck.native_responses`, temperature 1,
+       no truncation; two servers' requests in flight at once, so both cores work):
+       ``plain`` and ``speculative`` get as many requests as make the detectable
+       per-token TV ``resolution`` at the measured tolerance
+       (:func:`specdec.pertoken.tokens_for`, two orderings; ``stop_margin`` more for
+       responses that stop early), at the *same* seeds: llama.cpp's rule consumes one
+       random draw per emitted token, so where both are exact alike they emit the same
+       texts (``same_text`` counts them). The ``controls``, which must fail, get
+       ``control_requests`` each on seeds of their own: ``synthetic`` (the third server)
+       and ``top_k`` (the plain server asked for top-k ``control_top_k`` while the
+       client's law keeps every byte).
+    3. The laws of every distinct text from the same weights, once
+       (:func:`specdec.client.tokencheck.response_law_table`, two threads), and each
+       configuration's check (:func:`specdec.client.tokencheck.model_pertoken_check`,
+       its own uniforms).
+
+    Parameters
+    ----------
+    engine : module
+        ``tools/engine.py`` (:func:`load_engine`).
+    target, draft : str
+        The book's model names.
+    gamma : int
+        Draft length, >= 1.
+    prompts : sequence of str
+        Prompts, taken in turn (the chapter passes its mixed-language stream).
+    resolution : float
+        The per-token TV each of ``plain`` and ``speculative`` must detect (with power
+        0.9 at level ``false_alarm``), in (0, 1].
+    max_tokens : int
+        Tokens per request (prompt plus ``max_tokens`` must fit the 128 positions of a
+        slot).
+    seed : int
+        Request seeds: ``seed`` onwards for the plain server, then the speculative
+        server's (disjoint), then the controls'; the transforms' uniforms follow
+        (:func:`specdec.client.tokencheck.served_pertoken_check`).
+    slots : int
+        Server slots, >= 1.
+    exact_cache : bool
+        Float32 KV cache and no flash attention (``tools/engine.py serve``); False keeps
+        llama.cpp's defaults, as the timed servers do.
+    stop_margin : float
+        Extra share of requests for responses that end before ``max_tokens``, >= 0.
+    control_requests, control_top_k, disagreement_requests : int
+    false_alarm : float
+        Per check, in (0, 1).
+
+    Returns
+    -------
+    dict
+        ``plain``, ``speculative``: :meth:`specdec.pertoken.PerTokenCheck.to_dict`;
+        ``controls``: ``{"synthetic": ..., "top_k": ...}`` likewise; ``disagreement``
+        (``positions``, ``max_tv``, ...); ``same_text`` (``requests`` and how many
+        of them gave the plain and the speculative server the same text);
+        ``distinct_texts`` and ``laws_seconds`` (the numpy passes); ``synthetic_flag``, ``control_top_k``,
+        ``server_args`` (per configuration), ``target``, ``draft``, ``gamma``,
+        ``slots``, ``exact_cache``, ``resolution``, ``requests`` (per configuration),
+        ``max_tokens``, ``seconds``.
+
+    Raises
+    ------
+    ValueError
+        A non-positive ``control_requests``, ``gamma``, ``slots`` or ``max_tokens``; a
+        ``resolution`` outside (0, 1] or at most twice the measured tolerance; no prompts.
+    specdec.client.ClientError, EngineError
+        A request failed, a server did not start.
+
+    Source: the randomised probability integral transform (Rosenblatt 1952; Diebold,
+    Gunther and Tay 1998, sec. 2) with Holm's procedure over orderings; see
+    :mod:`specdec.pertoken`.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..client import tokencheck as tc
+
+    from ..laws import check_real
+    from ..pertoken import tokens_for
+
+    for name, value in (("max_tokens", max_tokens), ("control_requests", control_requests),
+                        ("gamma", gamma), ("slots", slots),
+                        ("control_top_k", control_top_k),
+                        ("disagreement_requests", disagreement_requests)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"{name}: must be an integer >= 1 (got {value!r})")
+    if not prompts:
+        raise ValueError("prompts: need at least one prompt")
+    check_real(resolution, "resolution", "(0, 1]")
+    check_real(stop_margin, "stop_margin", "[0, 1]")
+    t0 = time.perf_counter()
+    settings = dec.SamplingSettings(temperature=1.0)
+    p_model, q_model = nn.load_model(target), nn.load_model(draft)
+    synth_flag = ("--spec-synth-len", str(gamma + 1))
+    with engine.serve(target, parallel=slots, exact_cache=exact_cache, log=log) as base, \
+            engine.serve(target, draft, gamma, parallel=slots, exact_cache=exact_cache,
+                         log=log) as spec, \
+            engine.serve(target, draft, gamma, parallel=slots, exact_cache=exact_cache,
+                         extra=synth_flag, log=log) as bad:
+        measured = tc.engine_disagreement(cl.Endpoint(base.url), prompts, p_model, settings,
+                                          requests=disagreement_requests, max_tokens=40,
+                                          seed=seed)
+        # two orderings (target, draft over target), a mean and a KS test each
+        need = tokens_for(resolution, false_alarm=false_alarm, orderings=4,
+                          tolerance=measured["max_tv"])
+        requests = math.ceil(need * (1.0 + stop_margin) / max_tokens)
+        # plain and speculative at the same seeds: llama.cpp's rule consumes one random
+        # draw per emitted token, so the texts coincide where the two are exact alike, and
+        # each distinct text's laws are computed once; the controls on seeds of their own
+        jobs = {"plain": (base, requests, 0, None),
+                "speculative": (spec, requests, 0, None),
+                "synthetic": (bad, control_requests, requests, None),
+                "top_k": (base, control_requests, requests + control_requests,
+                          {"top_k": control_top_k})}
+
+        def fetch(name):
+            server, n, offset, fields = jobs[name]
+            t = time.perf_counter()
+            got = tc.native_responses(cl.Endpoint(server.url), prompts, n,
+                                      max_tokens=max_tokens, temperature=1.0,
+                                      seed=seed + offset, concurrency=slots,
+                                      extra=fields or {})
+            return got, time.perf_counter() - t
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            fetched = dict(zip(jobs, pool.map(fetch, jobs)))
+        t_laws = time.perf_counter()
+        table = tc.response_law_table([r for got, _ in fetched.values() for r in got],
+                                      p_model, q_model, settings=settings,
+                                      max_tokens=max_tokens, workers=2)
+        laws_seconds = time.perf_counter() - t_laws
+        checks = {}
+        for k, (name, (server, n, offset, fields)) in enumerate(jobs.items()):
+            got, secs = fetched[name]
+            checks[name] = tc.model_pertoken_check(
+                got, p_model, q_model, settings=settings, max_tokens=max_tokens,
+                rng=np.random.default_rng([seed, 1, k]), false_alarm=false_alarm,
+                tolerance=measured["max_tv"], table=table,
+                extra={"endpoint": server.url, "seed": seed + offset,
+                       "request_fields": dict(fields or {}), "requests_seconds": secs})
+        same = sum(a.tokens == b.tokens for a, b in zip(fetched["plain"][0],
+                                                        fetched["speculative"][0]))
+        server_args = {"plain": list(base.args[1:]), "speculative": list(spec.args[1:]),
+                       "synthetic": list(bad.args[1:])}
+    return {"plain": checks["plain"].to_dict(), "speculative": checks["speculative"].to_dict(),
+            "controls": {"synthetic": checks["synthetic"].to_dict(),
+                         "top_k": checks["top_k"].to_dict()},
+            "disagreement": measured, "synthetic_flag": " ".join(synth_flag),
+            "control_top_k": control_top_k, "server_args": server_args, "target": target,
+            "draft": draft, "gamma": gamma, "slots": slots, "exact_cache": exact_cache,
+            "resolution": float(resolution), "requests": requests, "max_tokens": max_tokens,
+            "seconds": time.perf_counter() - t0}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ import numpy as np
 
 from .stream import ClientError, Endpoint, plain_sampling, post_all
 
-__all__ = ["Response", "native_responses", "reported_responses", "model_pertoken_check",
+__all__ = ["Response", "native_responses", "reported_responses", "response_law_table",
+           "model_pertoken_check",
            "reported_pertoken_check", "engine_disagreement", "served_pertoken_check",
            "NoLogprobs"]
 
@@ -275,16 +276,75 @@ def _pads(lengths: list[int], max_tokens: int, rng: np.random.Generator) -> list
     return [rng.random(max_tokens - n) for n in lengths]
 
 
+def response_law_table(responses: Sequence[Response], target, draft=None, *, settings,
+                       max_tokens: int | None = None, workers: int = 1) -> dict:
+    """The laws of every distinct response, one forward pass of each model over it.
+
+    Responses with the same prompt and the same tokens (two servers sent the same seeds
+    and emitted the same text) share one entry, so checks of several servers pay for
+    each distinct text once.
+
+    Parameters
+    ----------
+    responses : sequence of Response
+        From :func:`native_responses`.
+    target, draft : specdec.nn.Transformer
+        ``draft`` optional (its laws give the ``draft_over_target`` ordering).
+    settings : specdec.decode.SamplingSettings
+    max_tokens : int, optional
+        Refuse a response longer than this.
+    workers : int
+        Threads computing the passes (BLAS limited to one thread each), >= 1.
+
+    Returns
+    -------
+    dict
+        ``(prompt, tokens) -> (p, q)``: arrays of shape (len(tokens), vocabulary), ``q``
+        None without a draft (:func:`specdec.pertoken.response_laws`).
+
+    Raises
+    ------
+    ValueError
+        A response longer than ``max_tokens``; ``workers`` below 1.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .. import pertoken as pt
+    from ..measure import limit_blas_threads
+    from ..nn import encode
+
+    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
+        raise ValueError(f"workers: must be an integer >= 1 (got {workers!r})")
+    todo = {}
+    for r in responses:
+        if max_tokens is not None and len(r.tokens) > max_tokens:
+            raise ValueError(f"responses: seed {r.seed} has {len(r.tokens)} tokens, more "
+                             f"than max_tokens ({max_tokens})")
+        todo.setdefault((r.prompt, tuple(int(t) for t in r.tokens)), None)
+
+    def laws(key):
+        prompt, toks = encode(key[0]), np.asarray(key[1], dtype=np.int64)
+        p = pt.response_laws(target, prompt, toks, settings)
+        q = None if draft is None else pt.response_laws(draft, prompt, toks, settings)
+        return key, (p, q)
+
+    with limit_blas_threads(1):
+        if workers == 1:
+            return dict(map(laws, todo))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return dict(pool.map(laws, todo))
+
+
 def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
                          settings, max_tokens: int, rng, false_alarm: float = 1e-6,
                          power: float = 0.9, tolerance: float = 0.0,
-                         extra: Mapping | None = None):
+                         extra: Mapping | None = None, table: Mapping | None = None):
     """Per-token check of native responses against laws computed from the same weights.
 
     For each response, one forward pass of ``target`` (and of ``draft``) over the prompt
     and the response gives the law of every emitted position
-    (:func:`specdec.pertoken.response_laws`); each token is transformed along the
-    orderings ``draft_over_target`` (with a draft) and ``target``
+    (:func:`response_law_table`, :func:`specdec.pertoken.response_laws`); each token is
+    transformed along the orderings ``draft_over_target`` (with a draft) and ``target``
     (:func:`specdec.pertoken.randomized_pit`, uniforms from ``rng``), stopped responses
     are padded with fresh uniforms, and :func:`specdec.pertoken.pertoken_test` decides.
 
@@ -302,10 +362,15 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
     false_alarm, power, tolerance : float
         See :func:`specdec.pertoken.pertoken_test`.
     extra : mapping, optional
+    table : mapping, optional
+        Laws already computed (:func:`response_law_table` of the same models and
+        settings); responses missing from it are computed.
 
     Returns
     -------
     specdec.pertoken.PerTokenCheck
+        ``extra`` holds ``distinct_texts`` (responses whose laws were computed here or
+        looked up, counted once per distinct text).
 
     Raises
     ------
@@ -313,32 +378,35 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
         No responses, a response longer than ``max_tokens``.
     """
     from .. import pertoken as pt
-    from ..measure import limit_blas_threads
-    from ..nn import encode
     from ..verify import check_rng
 
     rng = check_rng(rng)
     if not responses:
         raise ValueError("responses: need at least one")
+    table = dict(table or {})
+    missing = [r for r in responses
+               if (r.prompt, tuple(int(t) for t in r.tokens)) not in table]
+    table.update(response_law_table(missing, target, draft, settings=settings,
+                                    max_tokens=max_tokens))
     p_laws, q_laws, tokens = [], [] if draft is not None else None, []
-    with limit_blas_threads(1):
-        for r in responses:
-            toks = np.asarray(r.tokens, dtype=np.int64)
-            if toks.size > max_tokens:
-                raise ValueError(f"responses: seed {r.seed} has {toks.size} tokens, more "
-                                 f"than max_tokens ({max_tokens})")
-            prompt = encode(r.prompt)
-            p_laws.append(pt.response_laws(target, prompt, toks, settings))
-            if draft is not None:
-                q_laws.append(pt.response_laws(draft, prompt, toks, settings))
-            tokens.append(toks)
+    for r in responses:
+        key = (r.prompt, tuple(int(t) for t in r.tokens))
+        if len(key[1]) > max_tokens:
+            raise ValueError(f"responses: seed {r.seed} has {len(key[1])} tokens, more "
+                             f"than max_tokens ({max_tokens})")
+        p, q = table[key]
+        p_laws.append(p)
+        if draft is not None:
+            q_laws.append(q)
+        tokens.append(np.asarray(key[1], dtype=np.int64))
+    distinct = len({(r.prompt, tuple(r.tokens)) for r in responses})
     try:
         return pt.laws_check(p_laws, tokens, max_tokens=max_tokens, rng=rng, q_laws=q_laws,
                              false_alarm=false_alarm, power=power, tolerance=tolerance,
                              extra={"settings": settings.to_dict(), "laws": "model",
                                     "target": target.name,
                                     "draft": None if draft is None else draft.name,
-                                    **dict(extra or {})})
+                                    "distinct_texts": distinct, **dict(extra or {})})
     except ValueError as exc:
         if "no tokens were emitted" in str(exc):
             raise ValueError("responses: no tokens were emitted (nothing to test)") from None
