@@ -320,3 +320,32 @@ def test_best_language_ranks_only_beyond_the_intervals():
     assert "English is ahead of Italian" in t.best_language(rows, names)
     rows[1]["high"] = 1.45
     assert "does not rank" in t.best_language(rows, names)
+
+
+def _pt_check(passed, p=0.5, tokens=48_000, dtv=0.0195):
+    return {"passed": passed, "pvalue": p, "tokens": tokens, "requests": 540,
+            "detectable_tv": dtv, "tolerance": 2.4e-4,
+            "means": {"target": 0.501, "draft_over_target": 0.499}}
+
+
+def test_pertoken_verdict_both_ways():
+    from specdec.book.ch8_text import pertoken_lines, pertoken_verdict
+    good = {"plain": _pt_check(True), "speculative": _pt_check(True, dtv=0.0191),
+            "controls": {"synthetic": _pt_check(False, 1e-40, 5400),
+                         "top_k": _pt_check(False, 0.0, 5400)}}
+    text = pertoken_verdict(good)
+    assert "without the draft the server passes: no per-token error larger than 0.020" in text
+    assert "with the draft it passes: no per-token error larger than 0.020" in text
+    assert "every positive control fails" in text and "10⁻⁴⁰" in text
+    bad = {**good, "speculative": _pt_check(False, 1e-9),
+           "controls": {"synthetic": _pt_check(True, 0.3, 5400), "top_k": _pt_check(False, 0.0)}}
+    text = pertoken_verdict(bad)
+    assert "with the draft it **fails**" in text
+    assert "the control synthetic passes, so at these requests the check cannot see" in text
+    lines = pertoken_lines(good, {"plain": "without the draft"})
+    assert len(lines) == 6 and lines[2].startswith("| without the draft | passes | 540 | 48,000 |")
+    assert "2.4 × 10⁻⁴" in lines[2] and "e-0" not in "".join(lines)
+    with pytest.raises(ValueError, match="plain: must be a per-token check"):
+        pertoken_verdict({**good, "plain": {"passed": "yes"}})
+    with pytest.raises(ValueError, match="detectable_tv"):
+        pertoken_verdict({**good, "plain": {**_pt_check(True), "detectable_tv": float("nan")}})

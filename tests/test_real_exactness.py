@@ -174,42 +174,57 @@ def _report(name, check):
 
 
 @pytest.mark.slow
-def test_served_pertoken_plain_and_speculative_pass(engine, models):
-    """Both servers pass the per-token check, with the disagreement between numpy's laws
-    and the engine's measured on the plain server as the tolerance (each check fails
-    with probability at most 1e-6 when the server is exact within it)."""
-    target, draft = models
-    prompts = _english()
-    settings = dec.SamplingSettings(temperature=1.0)
+def test_pertoken_exactness_of_one_target(engine):
+    """The chapter's per-token study of one target (plain, with the draft, two controls)
+    at a coarse resolution: both servers pass (each fails with probability at most 1e-6
+    when exact within the measured tolerance), their detectable TV reaches the asked
+    resolution, the same seeds give the same texts with and without the draft, each
+    distinct text's laws are computed once, and both controls fail."""
+    from specdec.book.served import pertoken_exactness
+
     t0 = time.perf_counter()
-    with engine.serve("target", parallel=SLOTS, exact_cache=True) as base, \
-            engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS,
-                         exact_cache=True) as spec:
-        measured = tc.engine_disagreement(cl.Endpoint(base.url), prompts, target, settings,
-                                          requests=8, max_tokens=40)
-        print(f"disagreement: {measured}")
-        assert measured["positions"] > 50 and measured["max_tv"] < 5e-3
-        # other seeds per server: with the same seeds llama.cpp emits the same text with
-        # and without the draft, and the two checks would see the same evidence
-        checks = {name: tc.served_pertoken_check(
-            cl.Endpoint(s.url), prompts, requests=PER_TOKEN_REQUESTS,
-            max_tokens=PER_TOKEN_MAX, settings=settings, target=target, draft=draft,
-            seed=seed, tolerance=measured["max_tv"]) for name, s, seed in
-            (("plain", base, 100), ("speculative", spec, 100 + PER_TOKEN_REQUESTS))}
-    for name, check in checks.items():
-        _report(name, check)
-        assert check.passed, check.message
-        assert check.impossible == 0 and check.tokens > 0.9 * check.positions
-        assert check.detectable_tv < 0.05
+    got = pertoken_exactness(engine, "target", gamma=GAMMA, prompts=_english(),
+                             resolution=0.05, max_tokens=PER_TOKEN_MAX, seed=100,
+                             slots=SLOTS, exact_cache=True, control_requests=20)
+    print(f"disagreement: {got['disagreement']}, {got['requests']} requests, "
+          f"same text {got['same_text']}, {got['distinct_texts']} distinct texts, "
+          f"{got['seconds']:.1f} s (laws {got['laws_seconds']:.1f} s)")
+    assert got["disagreement"]["positions"] > 50 and got["disagreement"]["max_tv"] < 5e-3
+    for name in ("plain", "speculative"):
+        check = got[name]
+        assert check["passed"], check["message"]
+        assert check["impossible"] == 0 and check["tokens"] > 0.9 * check["positions"]
+        assert check["detectable_tv"] <= 0.05 and check["requests"] == got["requests"]
+    # llama.cpp's rule: one random draw per emitted token, whatever the draft proposed
+    assert got["same_text"]["identical"] >= 0.9 * got["requests"]
+    assert got["distinct_texts"] <= 2 * got["requests"] + 2 * 20 - got["same_text"]["identical"]
+    synth, top_k = got["controls"]["synthetic"], got["controls"]["top_k"]
+    assert not synth["passed"] and synth["adjusted"]["draft_over_target"] < 1e-6
+    assert not top_k["passed"] and top_k["impossible"] > 0
+    assert got["synthetic_flag"] == f"--spec-synth-len {GAMMA + 1}"
+    assert "--spec-synth-len" in got["server_args"]["synthetic"]
     print(f"total {time.perf_counter() - t0:.1f} s")
+
+
+def test_pertoken_exactness_refuses_bad_arguments():
+    from specdec.book.served import pertoken_exactness
+
+    kw = dict(gamma=2, prompts=["abc"], max_tokens=10, seed=0)
+    for name, bad in (("max_tokens", 0), ("gamma", 0), ("slots", 1.5), ("control_requests", -1)):
+        with pytest.raises(ValueError, match=name):
+            pertoken_exactness(None, "target", **{**kw, name: bad})
+    with pytest.raises(ValueError, match="prompts"):
+        pertoken_exactness(None, "target", **{**kw, "prompts": []})
+    with pytest.raises(ValueError, match="resolution"):
+        pertoken_exactness(None, "target", **kw, resolution=0.0)
 
 
 @pytest.mark.slow
 def test_served_pertoken_positive_controls_fail(engine, models):
-    """The client's law at temperature 1 while the server samples at 0.8, the client's
-    law with top-k 20 while the server samples from every byte, and llama.cpp's
-    synthetic acceptance (every drafted token accepted at the set rate whatever the
-    target says): both fail the per-token check."""
+    """The client's law at temperature 1 while the server samples at 0.8, and the
+    client's law with top-k 20 while the server samples from every byte: both fail the
+    per-token check (llama.cpp's synthetic acceptance is
+    test_pertoken_exactness_of_one_target's control)."""
     target, draft = models
     prompts = _english()
     settings = dec.SamplingSettings(temperature=1.0)
@@ -225,20 +240,12 @@ def test_served_pertoken_positive_controls_fail(engine, models):
                                         settings=dec.SamplingSettings(top_k=20),
                                         target=target, draft=draft, seed=250,
                                         tolerance=1e-3, extra={"top_k": -1})
-    with engine.serve("target", "draft", gamma=GAMMA, parallel=SLOTS, exact_cache=True,
-                      extra=("--spec-synth-len", str(GAMMA + 1))) as bad:
-        synth = tc.served_pertoken_check(cl.Endpoint(bad.url), prompts, requests=60,
-                                         max_tokens=PER_TOKEN_MAX, settings=settings,
-                                         target=target, draft=draft, seed=300,
-                                         tolerance=1e-3)
     for name, check in (("temperature 0.8 served, 1 assumed", cold),
-                        ("all bytes served, top-k 20 assumed", wide),
-                        (f"--spec-synth-len {GAMMA + 1}", synth)):
+                        ("all bytes served, top-k 20 assumed", wide)):
         _report(name, check)
         assert not check.passed
     assert cold.adjusted["target"] < 1e-6
     assert wide.impossible > 0
-    assert synth.adjusted["draft_over_target"] < 1e-6
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ measurements in both directions. Used in Chapter 8.
 
 from __future__ import annotations
 
-from .prose import pvalue_text
+from .prose import pvalue_text, sci
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "g_beyond_batch",
@@ -17,7 +17,8 @@ __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes"
            "served_speedup", "served_vs_book", "disturbance_note", "goodput_trend",
            "g_against_lines", "pays_verdict", "model_agreement", "scale_trend",
            "tail_label", "interval_verdict", "pays_interval", "repetition_note",
-           "model_errors", "bandwidth_share", "goodput_limits", "best_language"]
+           "model_errors", "bandwidth_share", "goodput_limits", "best_language",
+           "pertoken_verdict", "pertoken_lines"]
 
 
 def _finite(name: str, x) -> float:
@@ -694,3 +695,63 @@ def best_language(rows, names) -> str:
             "worst language overlap, so this run does not rank the languages" if overlap
             else f"; {names[best['language']]} is ahead of {names[worst['language']]} by "
             f"more than their intervals"))
+
+
+def _check_fields(name: str, check) -> dict:
+    if not isinstance(check, dict) or not isinstance(check.get("passed"), bool):
+        raise ValueError(f"{name}: must be a per-token check's dict with a bool 'passed' "
+                         f"(got {check!r:.80})")
+    for key in ("detectable_tv", "tolerance", "pvalue"):
+        _finite(f"{name}[{key!r}]", check.get(key))
+    return check
+
+
+def _up(x: float, digits: int = 3) -> str:
+    """``x`` rounded up at ``digits`` decimals: a resolution is never stated finer than it is."""
+    import math
+
+    return f"{math.ceil(x * 10 ** digits - 1e-9) / 10 ** digits:.{digits}f}"
+
+
+def pertoken_verdict(result) -> str:
+    """What one target's per-token checks found (:func:`specdec.book.served.pertoken_exactness`):
+    the two served configurations' verdicts with the error they would have detected, and
+    whether the controls failed as they must."""
+    plain = _check_fields("plain", result["plain"])
+    spec = _check_fields("speculative", result["speculative"])
+    controls = {k: _check_fields(f"controls[{k!r}]", c) for k, c in result["controls"].items()}
+    def one(name, c):
+        if c["passed"]:
+            return (f"{name} passes: no per-token error larger than {_up(c['detectable_tv'])} "
+                    f"in total variation (in {c['tokens']:,} tokens)")
+        return (f"{name} **fails** (Holm-adjusted p-value {pvalue_text(c['pvalue'])}, "
+                f"{c['tokens']:,} tokens)")
+    text = one("without the draft the server", plain) + "; " + one("with the draft it", spec)
+    missed = [k for k, c in controls.items() if c["passed"]]
+    if not missed:
+        text += ("; every positive control fails (largest Holm-adjusted p-value "
+                 f"{pvalue_text(max(c['pvalue'] for c in controls.values()))}), so the "
+                 "check sees errors of these kinds")
+    else:
+        text += ("; the control" + ("s " if len(missed) > 1 else " ") + " and ".join(missed)
+                 + (" pass" if len(missed) > 1 else " passes")
+                 + ", so at these requests the check cannot see an error of that kind")
+    return text
+
+
+def pertoken_lines(result, names) -> list:
+    """Markdown rows of a per-token table: one row per configuration and control."""
+    lines = ["| server | verdict | requests | tokens | detectable TV | tolerance | "
+             "Holm p-value | mean PIT, target order | mean PIT, draft/target order |",
+             "|:--|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    rows = [("plain", result["plain"]), ("speculative", result["speculative"]),
+            *((k, c) for k, c in result["controls"].items())]
+    for key, c in rows:
+        c = _check_fields(key, c)
+        means = c.get("means", {})
+        lines.append(f"| {names.get(key, key)} | {'passes' if c['passed'] else '**fails**'} | "
+                     f"{c['requests']:,} | {c['tokens']:,} | {_up(c['detectable_tv'])} | "
+                     f"{sci(c['tolerance'])} | {pvalue_text(c['pvalue'])} | "
+                     f"{means.get('target', float('nan')):.3f} | "
+                     f"{means.get('draft_over_target', float('nan')):.3f} |")
+    return lines
