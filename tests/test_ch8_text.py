@@ -349,3 +349,19 @@ def test_pertoken_verdict_both_ways():
         pertoken_verdict({**good, "plain": {"passed": "yes"}})
     with pytest.raises(ValueError, match="detectable_tv"):
         pertoken_verdict({**good, "plain": {**_pt_check(True), "detectable_tv": float("nan")}})
+
+
+def test_draft_ceiling_both_ways_and_refusals():
+    from specdec.book.ch8_text import draft_ceiling
+    low = draft_ceiling(0.12, 0.21, 0.10, 0.98, 1.5, 4)
+    assert "at a mean 12% of positions" in low and "its own arg-max at 21%" in low
+    assert "E = 1 + 4·0.21" in low and "0.98×, below 1.5×" in low
+    assert "no draft, distilled from the target or not" in low
+    high = draft_ceiling(0.5, 0.8, 0.45, 2.1, 1.5, 4)
+    assert "2.10×, at or above 1.5×" in high and "could reach it here" in high
+    with pytest.raises(ValueError, match="match_draft: cannot exceed match_ideal"):
+        draft_ceiling(0.3, 0.2, 0.1, 1.0, 1.5, 4)
+    with pytest.raises(ValueError, match="served: must be a probability"):
+        draft_ceiling(0.1, 0.2, 1.5, 1.0, 1.5, 4)
+    with pytest.raises(ValueError, match="model_ideal"):
+        draft_ceiling(0.1, 0.2, 0.1, float("nan"), 1.5, 4)

@@ -18,7 +18,7 @@ __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes"
            "g_against_lines", "pays_verdict", "model_agreement", "scale_trend",
            "tail_label", "interval_verdict", "pays_interval", "repetition_note",
            "model_errors", "bandwidth_share", "goodput_limits", "best_language",
-           "pertoken_verdict", "pertoken_lines"]
+           "pertoken_verdict", "pertoken_lines", "draft_ceiling"]
 
 
 def _finite(name: str, x) -> float:
@@ -755,3 +755,34 @@ def pertoken_lines(result, names) -> list:
                      f"{means.get('target', float('nan')):.3f} | "
                      f"{means.get('draft_over_target', float('nan')):.3f} |")
     return lines
+
+
+def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_ideal: float,
+                  mark: float, gamma: int) -> str:
+    """What a better greedy draft could give under llama.cpp's rule (accept while the
+    target's sample equals the draft's arg-max): this draft's match probability and the
+    ideal one (the target's own arg-max) over the served texts, and the cost model fed
+    with the ideal."""
+    for name, x in (("match_draft", match_draft), ("match_ideal", match_ideal),
+                    ("served", served)):
+        if not 0.0 <= _finite(name, x) <= 1.0:
+            raise ValueError(f"{name}: must be a probability in [0, 1] (got {x!r})")
+    if match_draft > match_ideal + 1e-12:
+        raise ValueError(f"match_draft: cannot exceed match_ideal, the largest probability "
+                         f"at each position ({match_draft!r} > {match_ideal!r})")
+    _finite("model_ideal", model_ideal)
+    text = (f"on the plain server's texts the target's sample equals this draft's arg-max at "
+            f"a mean {match_draft:.0%} of positions (the speculative server reported "
+            f"{served:.0%} of its drafted tokens accepted) and its own arg-max at "
+            f"{match_ideal:.0%}; no greedy draft, however it is trained, is accepted more "
+            f"often under this rule, and even counting every drafted token as accepted with "
+            f"that probability (E = 1 + {gamma}·{match_ideal:.2f}, more than a cycle can "
+            f"keep) the cost model gives {model_ideal:.2f}×")
+    if model_ideal < mark:
+        return (text + f", below {mark:.1f}×: at temperature 1 no draft, distilled from the "
+                f"target or not, makes this rule reach {mark:.1f}× on this target; a rule "
+                f"that samples the draft and accepts with min(1, p/q) is not capped this way "
+                f"(its acceptance, the sum of min(p, q), reaches 1 as the draft nears the "
+                f"target)")
+    return (text + f", at or above {mark:.1f}×: a draft trained to match the target's "
+            f"arg-max (distilled from the target's own samples) could reach it here")

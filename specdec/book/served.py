@@ -172,7 +172,12 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         ``controls``: ``{"synthetic": ..., "top_k": ...}`` likewise; ``disagreement``
         (``positions``, ``max_tv``, ...); ``same_text`` (``requests`` and how many
         of them gave the plain and the speculative server the same text);
-        ``distinct_texts`` and ``laws_seconds`` (the numpy passes); ``synthetic_flag``, ``control_top_k``,
+        ``distinct_texts`` and ``laws_seconds`` (the numpy passes); ``greedy_match``:
+        over every position of the plain server's texts, the mean probability that the
+        target's sample equals the draft's arg-max (``draft``: the acceptance llama.cpp's
+        rule would give this draft there) and equals the target's own arg-max (``ideal``:
+        no greedy draft, however trained, is accepted more often), with ``positions``;
+        ``synthetic_flag``, ``control_top_k``,
         ``server_args`` (per configuration), ``target``, ``draft``, ``gamma``,
         ``slots``, ``exact_cache``, ``resolution``, ``requests`` (per configuration),
         ``max_tokens``, ``seconds``.
@@ -225,8 +230,8 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         # plain and speculative at the same seeds: llama.cpp's rule consumes one random
         # draw per emitted token, so the texts coincide where the two are exact alike, and
         # each distinct text's laws are computed once; the controls on seeds of their own
-        jobs = {"plain": (base, requests, 0, None),
-                "speculative": (spec, requests, 0, None),
+        jobs = {"speculative": (spec, requests, 0, None),     # the longest first
+                "plain": (base, requests, 0, None),
                 "synthetic": (bad, control_requests, requests, None),
                 "top_k": (base, control_requests, requests + control_requests,
                           {"top_k": control_top_k})}
@@ -258,6 +263,16 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                        "request_fields": dict(fields or {}), "requests_seconds": secs})
         same = sum(a.tokens == b.tokens for a, b in zip(fetched["plain"][0],
                                                         fetched["speculative"][0]))
+        # llama.cpp's rule on the plain server's texts: a greedy draft token is accepted
+        # when the target's sample equals it, with probability p(argmax q); no draft can
+        # do better than p's own arg-max, max p (an ideal greedy draft)
+        match, ideal = [], []
+        for r in fetched["plain"][0]:
+            pl, ql = table[(r.prompt, tuple(int(t) for t in r.tokens))]
+            if len(pl):
+                match.append(pl[np.arange(len(pl)), np.argmax(ql, axis=1)])
+                ideal.append(pl.max(axis=1))
+        match, ideal = np.concatenate(match), np.concatenate(ideal)
         server_args = {"plain": list(base.args[1:]), "speculative": list(spec.args[1:]),
                        "synthetic": list(bad.args[1:])}
     return {"plain": checks["plain"].to_dict(), "speculative": checks["speculative"].to_dict(),
@@ -267,6 +282,10 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
             "control_top_k": control_top_k, "server_args": server_args, "target": target,
             "draft": draft, "gamma": gamma, "slots": slots, "exact_cache": exact_cache,
             "resolution": float(resolution), "requests": requests, "max_tokens": max_tokens,
+            "same_text": {"requests": requests, "identical": int(same)},
+            "greedy_match": {"positions": int(match.size), "draft": float(match.mean()),
+                             "ideal": float(ideal.mean())},
+            "distinct_texts": len(table), "laws_seconds": laws_seconds,
             "seconds": time.perf_counter() - t0}
 
 

@@ -1,0 +1,152 @@
+"""Chapter 8 at several seeds: the cost model against the headline speedup, run by run.
+
+Executes ``notebooks/08-measurement.md`` once per seed (the book's kernel and parameters,
+as ``bench_chapter8.py`` does), ``--parallel`` executions at a time (two on a 2-core
+machine put it at a load of about 2 to 4, the busy machine a reader's rebuild meets), and
+prints for each run: the headline speedup measured (the large target's mixed-language
+stream at batch one, temperature 1), the cost model's prediction from the same run's
+windows, their relative error, the per-repeat errors, the chapter's wall time and the load
+average around it; then whether the model was within ``--tolerance`` of the headline
+every time. The table is also written as JSON (``--json``).
+
+``--scale-only`` runs only the memory-bound section's study (``run_scale_study`` with the
+chapter's own ``scale_knobs``, read from the notebook), the part the cost model and the
+headline come from, in a fraction of the chapter's time.
+
+Not part of ``make bench`` (five executions of the chapter take over an hour); run with
+``.venv/bin/python benchmarks/seeds_chapter8.py --seeds 1,2,3,4,5 [--scale-only]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+from _common import REPO, engine_tool, execute_notebook
+
+GLUED = ("ch8_big_headline", "ch8_big_predicted", "ch8_big_error", "ch8_big_window_errors",
+         "ch8_big_seconds", "ch8_pt_large_seconds", "ch8_pt_small_seconds")
+
+
+def glued_values(notebook) -> dict:
+    """The values of :data:`GLUED` an executed chapter glued (Python literals)."""
+    out = {}
+    for cell in notebook.cells:
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name in GLUED:
+                text = next(v for k, v in o.get("data", {}).items() if k.endswith("text/plain"))
+                out[name] = ast.literal_eval(text)
+    return out
+
+
+CHAPTER = REPO / "notebooks" / "08-measurement.md"
+
+
+def chapter_scale_knobs() -> dict:
+    """The chapter's ``scale_knobs = dict(...)``, read from its source (one copy)."""
+    tree = ast.parse("\n".join(line for line in _code_lines(CHAPTER.read_text())))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "scale_knobs"
+                and isinstance(node.value, ast.Call)):
+            return {kw.arg: ast.literal_eval(kw.value) for kw in node.value.keywords}
+    raise SystemExit(f"{CHAPTER}: no scale_knobs = dict(...) found")
+
+
+def _code_lines(text: str):
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("```{code-cell}"):
+            inside = True
+        elif line.startswith("```") and inside:
+            inside = False
+        elif inside and not line.startswith(":tags:") and not line.startswith("---") \
+                and not line.startswith("tags:") and not line.startswith("mystnb:") \
+                and not line.startswith("  markdown_format"):
+            yield line
+
+
+def scale_run(seed: int) -> dict:
+    """The chapter's memory-bound study alone at ``seed``: the headline row's numbers."""
+    sys.path.insert(0, str(REPO))
+    from specdec.book.served import run_scale_study
+
+    before, t0 = os.getloadavg()[0], time.perf_counter()
+    st = run_scale_study(seed=seed, **chapter_scale_knobs())
+    seconds = time.perf_counter() - t0
+    head = next(r for r in st.targets if r["target"] == "target_large"
+                and r["language"] == "mixed")
+    wins = [w["error"] for w in st.metadata["windows"] if w["target"] == "target_large"]
+    return {"seed": seed, "seconds": seconds, "load_before": before,
+            "load_after": os.getloadavg()[0], "ch8_big_headline": head["speedup"],
+            "ch8_big_predicted": head["predicted_speedup"], "ch8_big_error": head["error"],
+            "ch8_big_window_errors": wins, "ch8_big_seconds": st.seconds,
+            "interval": [head["speedup_low"], head["speedup_high"]],
+            "acceptance": head["acceptance"], "c": head["c"], "g": head["g"]}
+
+
+def one_run(seed: int, trials: int) -> dict:
+    t0 = time.time()
+    nb, seconds, before, after = execute_notebook(REPO / "notebooks" / "08-measurement.md",
+                                                  seed=seed, trials=trials)
+    return {"seed": seed, "seconds": seconds, "load_before": before, "load_after": after,
+            "started": t0, **glued_values(nb)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", default="1,2,3,4,5", help="comma-separated seeds")
+    p.add_argument("--parallel", type=int, default=2, help="executions at a time")
+    p.add_argument("--trials", type=int, default=200_000)
+    p.add_argument("--tolerance", type=float, default=0.10,
+                   help="relative error of the cost model counted as agreement")
+    p.add_argument("--json", type=Path, default=REPO / "_build" / "seeds_chapter8.json")
+    p.add_argument("--scale-only", action="store_true",
+                   help="run only the memory-bound section's study (run_scale_study)")
+    args = p.parse_args(argv)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        print(f"error: --seeds: comma-separated integers (got {args.seeds!r})", file=sys.stderr)
+        return 2
+    if not seeds or args.parallel < 1:
+        print("error: --seeds needs at least one seed and --parallel at least 1",
+              file=sys.stderr)
+        return 2
+    engine = engine_tool()
+    engine.build()
+    for name in engine.models():
+        engine.convert(name)
+    if args.scale_only:                      # separate processes: separate clients and GILs
+        with ProcessPoolExecutor(max_workers=args.parallel) as pool:
+            runs = list(pool.map(scale_run, seeds))
+    else:                                    # each execution has a kernel of its own
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            runs = list(pool.map(lambda s: one_run(s, args.trials), seeds))
+    print("| seed | headline measured | cost model | error | per-repeat errors | "
+          "chapter (s) | load before, after |")
+    print("|--:|--:|--:|--:|:--|--:|:--|")
+    within = 0
+    for r in runs:
+        err = r["ch8_big_error"]
+        within += abs(err) <= args.tolerance
+        reps = ", ".join(f"{e:+.0%}" for e in r["ch8_big_window_errors"])
+        print(f"| {r['seed']} | {r['ch8_big_headline']:.2f}× | {r['ch8_big_predicted']:.2f}× | "
+              f"{err:+.1%} | {reps} | {r['seconds']:.0f} | {r['load_before']:.1f}, "
+              f"{r['load_after']:.1f} |")
+    print(f"cost model within {args.tolerance:.0%} of the headline in {within} of {len(runs)} "
+          f"runs ({os.cpu_count()} cores, {args.parallel} executions at a time)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(runs, indent=1), encoding="utf-8")
+    print(f"results: {args.json}")
+    return 0 if within == len(runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
