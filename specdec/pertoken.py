@@ -492,6 +492,8 @@ def tokens_for(resolution: float, *, false_alarm: float, power: float = 0.9,
     if r <= 2 * eta:
         raise ValueError(f"resolution: must exceed twice the tolerance ({2 * eta:.3g}); got "
                          f"{r!r}")
+    if r >= 1.0:                                  # detectable_tv is capped at 1
+        return 1
     root = (math.sqrt(2 * math.log(2 * m / a)) + float(ndtri(b))) / (math.sqrt(3) * (r - 2 * eta))
     n = max(1, math.ceil(root ** 2))
     while n > 1 and detectable_tv(n - 1, false_alarm=a, power=b, orderings=m,

@@ -356,7 +356,7 @@ def test_draft_ceiling_both_ways_and_refusals():
     low = draft_ceiling(0.12, 0.21, 0.10, 0.98, 1.5, 4)
     assert "at a mean 12% of positions" in low and "its own arg-max at 21%" in low
     assert "E = 1 + 4·0.21" in low and "0.98×, below 1.5×" in low
-    assert "no draft, distilled from the target or not" in low
+    assert "no draft of this cost, distilled from the target or not" in low and "γ = 4" in low
     high = draft_ceiling(0.5, 0.8, 0.45, 2.1, 1.5, 4)
     assert "2.10×, at or above 1.5×" in high and "could reach it here" in high
     with pytest.raises(ValueError, match="match_draft: cannot exceed match_ideal"):

@@ -464,3 +464,17 @@ def test_response_law_table_shares_identical_texts_and_matches_response_laws(toy
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="workers"):
             tc.response_law_table(responses, target, draft, settings=hot, workers=bad)
+
+
+def test_model_pertoken_check_refuses_a_table_of_other_shapes(toy_models):
+    target, draft = toy_models
+    hot = dec.SamplingSettings(temperature=1.0)
+    responses = [tc.Response("abc", 0, (1, 2, 3), False)]
+    no_draft = tc.response_law_table(responses, target, None, settings=hot)
+    with pytest.raises(ValueError, match=r"table: .*\(a table built with the draft\)"):
+        tc.model_pertoken_check(responses, target, draft, settings=hot, max_tokens=3,
+                                rng=np.random.default_rng(0), table=no_draft)
+    key = ("abc", (1, 2, 3))
+    with pytest.raises(ValueError, match=r"table: .*shape \(3, 256\)"):
+        tc.model_pertoken_check(responses, target, None, settings=hot, max_tokens=3,
+                                rng=np.random.default_rng(0), table={key: (np.ones((2, 5)), None)})

@@ -184,7 +184,7 @@ def test_pertoken_exactness_of_one_target(engine):
 
     t0 = time.perf_counter()
     got = pertoken_exactness(engine, "target", gamma=GAMMA, prompts=_english(),
-                             resolution=0.05, max_tokens=PER_TOKEN_MAX, seed=100,
+                             resolution=0.05, max_tokens=PER_TOKEN_MAX, seed=100, stop_share=0.1,
                              slots=SLOTS, exact_cache=True, control_requests=20)
     print(f"disagreement: {got['disagreement']}, {got['requests']} requests, "
           f"same text {got['same_text']}, {got['distinct_texts']} distinct texts, "

@@ -713,7 +713,7 @@ def _up(x: float, digits: int = 3) -> str:
     return f"{math.ceil(x * 10 ** digits - 1e-9) / 10 ** digits:.{digits}f}"
 
 
-def pertoken_verdict(result) -> str:
+def pertoken_verdict(result, names=None) -> str:
     """What one target's per-token checks found (:func:`specdec.book.served.pertoken_exactness`):
     the two served configurations' verdicts with the error they would have detected, and
     whether the controls failed as they must."""
@@ -727,7 +727,8 @@ def pertoken_verdict(result) -> str:
         return (f"{name} **fails** (Holm-adjusted p-value {pvalue_text(c['pvalue'])}, "
                 f"{c['tokens']:,} tokens)")
     text = one("without the draft the server", plain) + "; " + one("with the draft it", spec)
-    missed = [k for k, c in controls.items() if c["passed"]]
+    names = dict(names or {})
+    missed = [names.get(k, k) for k, c in controls.items() if c["passed"]]
     if not missed:
         text += ("; every positive control fails (largest Holm-adjusted p-value "
                  f"{pvalue_text(max(c['pvalue'] for c in controls.values()))}), so the "
@@ -737,6 +738,10 @@ def pertoken_verdict(result) -> str:
                  + (" pass" if len(missed) > 1 else " passes")
                  + ", so at these requests the check cannot see an error of that kind")
     return text
+
+
+def _mean_cell(means, key) -> str:
+    return f"{means[key]:.3f}" if key in means else "–"
 
 
 def pertoken_lines(result, names) -> list:
@@ -752,17 +757,17 @@ def pertoken_lines(result, names) -> list:
         lines.append(f"| {names.get(key, key)} | {'passes' if c['passed'] else '**fails**'} | "
                      f"{c['requests']:,} | {c['tokens']:,} | {_up(c['detectable_tv'])} | "
                      f"{sci(c['tolerance'])} | {pvalue_text(c['pvalue'])} | "
-                     f"{means.get('target', float('nan')):.3f} | "
-                     f"{means.get('draft_over_target', float('nan')):.3f} |")
+                     f"{_mean_cell(means, 'target')} | {_mean_cell(means, 'draft_over_target')} |")
     return lines
 
 
 def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_ideal: float,
                   mark: float, gamma: int) -> str:
     """What a better greedy draft could give under llama.cpp's rule (accept while the
-    target's sample equals the draft's arg-max): this draft's match probability and the
-    ideal one (the target's own arg-max) over the served texts, and the cost model fed
-    with the ideal."""
+    target's sample equals the draft's arg-max) at draft length ``gamma``: this draft's
+    match probability and the ideal one (the target's own arg-max) per position of the
+    served texts, and the cost model fed with the ideal at the same ``gamma``, ``c`` and
+    ``g``."""
     for name, x in (("match_draft", match_draft), ("match_ideal", match_ideal),
                     ("served", served)):
         if not 0.0 <= _finite(name, x) <= 1.0:
@@ -772,17 +777,19 @@ def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_i
                          f"at each position ({match_draft!r} > {match_ideal!r})")
     _finite("model_ideal", model_ideal)
     text = (f"on the plain server's texts the target's sample equals this draft's arg-max at "
-            f"a mean {match_draft:.0%} of positions (the speculative server reported "
-            f"{served:.0%} of its drafted tokens accepted) and its own arg-max at "
-            f"{match_ideal:.0%}; no greedy draft, however it is trained, is accepted more "
-            f"often under this rule, and even counting every drafted token as accepted with "
+            f"a mean {match_draft:.0%} of positions and its own arg-max at {match_ideal:.0%} "
+            f"(the speculative server reported {served:.0%} of its drafted tokens accepted: "
+            f"a drafted token counts only if every one before it in the cycle was accepted, "
+            f"so the reported share is lower than the per-position one); no greedy draft, "
+            f"however it is trained, is accepted more often than the target's own arg-max, "
+            f"and even counting every one of the γ = {gamma} drafted tokens as accepted with "
             f"that probability (E = 1 + {gamma}·{match_ideal:.2f}, more than a cycle can "
-            f"keep) the cost model gives {model_ideal:.2f}×")
+            f"keep) the cost model at this draft's c and g gives {model_ideal:.2f}×")
     if model_ideal < mark:
-        return (text + f", below {mark:.1f}×: at temperature 1 no draft, distilled from the "
-                f"target or not, makes this rule reach {mark:.1f}× on this target; a rule "
-                f"that samples the draft and accepts with min(1, p/q) is not capped this way "
-                f"(its acceptance, the sum of min(p, q), reaches 1 as the draft nears the "
-                f"target)")
+        return (text + f", below {mark:.1f}×: at temperature 1 and γ = {gamma}, no draft of "
+                f"this cost, distilled from the target or not, makes this rule reach "
+                f"{mark:.1f}× on this target; a rule that samples the draft and accepts with "
+                f"min(1, p/q) is not capped this way (its acceptance, the sum of min(p, q), "
+                f"reaches 1 as the draft nears the target)")
     return (text + f", at or above {mark:.1f}×: a draft trained to match the target's "
-            f"arg-max (distilled from the target's own samples) could reach it here")
+            f"arg-max could reach it here")

@@ -103,7 +103,8 @@ def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequen
 
 def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                        prompts: Sequence[str], resolution: float = 0.02, max_tokens: int,
-                       seed: int, slots: int = 4, stop_margin: float = 0.05, exact_cache: bool = False, control_requests: int = 60,
+                       seed: int, slots: int = 4, stop_share: float = 0.05,
+                       exact_cache: bool = False, control_requests: int = 60,
                        control_top_k: int = 4, disagreement_requests: int = 8,
                        false_alarm: float = 1e-6, log=lambda *_: None) -> dict:
     """Per-token exactness of one target served with and without the draft, and its
@@ -122,8 +123,9 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
        no truncation; two servers' requests in flight at once, so both cores work):
        ``plain`` and ``speculative`` get as many requests as make the detectable
        per-token TV ``resolution`` at the measured tolerance
-       (:func:`specdec.pertoken.tokens_for`, two orderings; ``stop_margin`` more for
-       responses that stop early), at the *same* seeds: llama.cpp's rule consumes one
+       (:func:`specdec.pertoken.tokens_for`, two orderings; enough more for a share
+       ``stop_share`` of positions lost to responses that stop early), at the *same*
+       seeds: llama.cpp's rule consumes one
        random draw per emitted token, so where both are exact alike they emit the same
        texts (``same_text`` counts them). The ``controls``, which must fail, get
        ``control_requests`` each on seeds of their own: ``synthetic`` (the third server)
@@ -151,16 +153,21 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         Tokens per request (prompt plus ``max_tokens`` must fit the 128 positions of a
         slot).
     seed : int
-        Request seeds: ``seed`` onwards for the plain server, then the speculative
-        server's (disjoint), then the controls'; the transforms' uniforms follow
+        Request seeds: ``seed`` onwards for the plain and (the same seeds) the
+        speculative server, then the controls' (disjoint), and ``seed + 2**30`` onwards
+        for the disagreement's requests; each check's uniforms come from
+        ``numpy.random.default_rng([seed, 1, k])``, ``k`` its index. the transforms' uniforms follow
         (:func:`specdec.client.tokencheck.served_pertoken_check`).
     slots : int
         Server slots, >= 1.
     exact_cache : bool
         Float32 KV cache and no flash attention (``tools/engine.py serve``); False keeps
         llama.cpp's defaults, as the timed servers do.
-    stop_margin : float
-        Extra share of requests for responses that end before ``max_tokens``, >= 0.
+    stop_share : float
+        The share of positions expected to be lost to responses that end before
+        ``max_tokens``, in [0, 0.5]: padding dilutes the evidence, the detectable TV
+        scaling as positions over tokens, so the requests are multiplied by
+        ``1 / (1 - stop_share)**2``.
     control_requests, control_top_k, disagreement_requests : int
     false_alarm : float
         Per check, in (0, 1).
@@ -179,7 +186,8 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         no greedy draft, however trained, is accepted more often), with ``positions``;
         ``synthetic_flag``, ``control_top_k``,
         ``server_args`` (per configuration), ``target``, ``draft``, ``gamma``,
-        ``slots``, ``exact_cache``, ``resolution``, ``requests`` (per configuration),
+        ``slots``, ``exact_cache``, ``resolution``, ``requests`` (of each of ``plain``
+        and ``speculative``; the controls get ``control_requests``),
         ``max_tokens``, ``seconds``.
 
     Raises
@@ -209,8 +217,14 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
             raise ValueError(f"{name}: must be an integer >= 1 (got {value!r})")
     if not prompts:
         raise ValueError("prompts: need at least one prompt")
-    check_real(resolution, "resolution", "(0, 1]")
-    check_real(stop_margin, "stop_margin", "[0, 1]")
+    for name, value, interval in (("resolution", resolution, "(0, 1]"),
+                                  ("false_alarm", false_alarm, "(0, 1)"),
+                                  ("stop_share", stop_share, "[0, 1]")):
+        if isinstance(value, (bool, str)):
+            raise ValueError(f"{name}: must be a real number in {interval} (got {value!r})")
+        check_real(value, name, interval)
+    if stop_share > 0.5:
+        raise ValueError(f"stop_share: must be in [0, 0.5] (got {stop_share!r})")
     t0 = time.perf_counter()
     settings = dec.SamplingSettings(temperature=1.0)
     p_model, q_model = nn.load_model(target), nn.load_model(draft)
@@ -222,11 +236,11 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                          extra=synth_flag, log=log) as bad:
         measured = tc.engine_disagreement(cl.Endpoint(base.url), prompts, p_model, settings,
                                           requests=disagreement_requests, max_tokens=40,
-                                          seed=seed)
+                                          seed=seed + 2 ** 30)   # seeds no check tests
         # two orderings (target, draft over target), a mean and a KS test each
         need = tokens_for(resolution, false_alarm=false_alarm, orderings=4,
                           tolerance=measured["max_tv"])
-        requests = math.ceil(need * (1.0 + stop_margin) / max_tokens)
+        requests = math.ceil(need / (1.0 - stop_share) ** 2 / max_tokens)
         # plain and speculative at the same seeds: llama.cpp's rule consumes one random
         # draw per emitted token, so the texts coincide where the two are exact alike, and
         # each distinct text's laws are computed once; the controls on seeds of their own

@@ -384,6 +384,15 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
     if not responses:
         raise ValueError("responses: need at least one")
     table = dict(table or {})
+    vocab = target.config.vocab_size
+    for key, laws in table.items():               # a table of other models or settings
+        if not (isinstance(laws, tuple) and len(laws) == 2
+                and np.shape(laws[0]) == (len(key[1]), vocab)
+                and (draft is None or np.shape(laws[1]) == (len(key[1]), vocab))):
+            raise ValueError(f"table: the entry of the text after {key[0][:20]!r} must be "
+                             f"(p, q) with p of shape ({len(key[1])}, {vocab})"
+                             + (" and q likewise (a table built with the draft)"
+                                if draft is not None else ""))
     missing = [r for r in responses
                if (r.prompt, tuple(int(t) for t in r.tokens)) not in table]
     table.update(response_law_table(missing, target, draft, settings=settings,
@@ -586,9 +595,11 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
     ``/completion``), ``laws="reported"`` takes the server's reported top
     log-probabilities (:func:`reported_responses`, :func:`reported_pertoken_check`; any
     OpenAI-compatible server). The transform's uniforms come from
-    ``numpy.random.default_rng([seed, 1])``. Give two servers compared side by side
-    disjoint seeds: with the same seeds llama.cpp emits the same text with and without
-    the draft, and both checks would test the same tokens.
+    ``numpy.random.default_rng([seed, 1])``. Two servers may be sent the same seeds:
+    each check keeps its level; with llama.cpp, whose rule consumes one random draw per
+    emitted token, the texts then coincide where both servers are exact alike (a
+    draw-for-draw comparison for free, but the two verdicts are then not independent
+    evidence). Disjoint seeds give independent evidence instead.
 
     Parameters
     ----------
