@@ -444,8 +444,8 @@ def detectable_tv(n: int, *, false_alarm: float, power: float = 0.9, orderings: 
     b = check_real(power, "power", "(0, 1)")
     eta = check_real(tolerance, "tolerance", "[0, 1]")
     z = float(ndtri(b))
-    return float(min(1.0, 2 * eta + (math.sqrt(2 * math.log(2 * m / a)) + z)
-                     / math.sqrt(3 * n)))
+    return float(min(1.0, max(2 * eta, 2 * eta + (math.sqrt(2 * math.log(2 * m / a)) + z)
+                              / math.sqrt(3 * n))))
 
 
 def tokens_for(resolution: float, *, false_alarm: float, power: float = 0.9,
@@ -495,12 +495,18 @@ def tokens_for(resolution: float, *, false_alarm: float, power: float = 0.9,
     if r >= 1.0:                                  # detectable_tv is capped at 1
         return 1
     root = (math.sqrt(2 * math.log(2 * m / a)) + float(ndtri(b))) / (math.sqrt(3) * (r - 2 * eta))
+    if not root ** 2 < 1e15:
+        raise ValueError(f"resolution: {r!r} is too close to twice the tolerance ({2 * eta:.3g}) "
+                         f"or too small: it would need more than 10^15 tokens")
     n = max(1, math.ceil(root ** 2))
-    while n > 1 and detectable_tv(n - 1, false_alarm=a, power=b, orderings=m,
-                                  tolerance=eta) <= r:
-        n -= 1                                    # floating point: the fewest that reach it
-    while detectable_tv(n, false_alarm=a, power=b, orderings=m, tolerance=eta) > r:
-        n += 1
+    kw = dict(false_alarm=a, power=b, orderings=m, tolerance=eta)
+    for _ in range(8):                            # floating point: the fewest that reach it
+        if n > 1 and detectable_tv(n - 1, **kw) <= r:
+            n -= 1
+        elif detectable_tv(n, **kw) > r:
+            n += 1
+        else:
+            break
     return n
 
 

@@ -365,3 +365,9 @@ def test_draft_ceiling_both_ways_and_refusals():
         draft_ceiling(0.1, 0.2, 1.5, 1.0, 1.5, 4)
     with pytest.raises(ValueError, match="model_ideal"):
         draft_ceiling(0.1, 0.2, 0.1, float("nan"), 1.5, 4)
+    for args, name in (((0.1, 0.2, 0.1, 1.0, 1.5, "four"), "gamma"),
+                       ((0.1, 0.2, 0.1, 1.0, 1.5, 0), "gamma"),
+                       ((0.1, 0.2, 0.1, 1.0, float("nan"), 4), "mark"),
+                       ((0.1, 0.2, 0.1, -3.0, 1.5, 4), "model_ideal")):
+        with pytest.raises(ValueError, match=name):
+            draft_ceiling(*args)

@@ -478,3 +478,14 @@ def test_model_pertoken_check_refuses_a_table_of_other_shapes(toy_models):
     with pytest.raises(ValueError, match=r"table: .*shape \(3, 256\)"):
         tc.model_pertoken_check(responses, target, None, settings=hot, max_tokens=3,
                                 rng=np.random.default_rng(0), table={key: (np.ones((2, 5)), None)})
+
+
+def test_tokens_for_refuses_endless_runs_quickly():
+    import time as _time
+
+    t0 = _time.perf_counter()
+    for kw in (dict(tolerance=0.00999999), dict(tolerance=0.0)):
+        with pytest.raises(ValueError, match="resolution: .*10\\^15 tokens"):
+            pt.tokens_for(0.02 if kw["tolerance"] else 1e-9, false_alarm=1e-6, **kw)
+    assert _time.perf_counter() - t0 < 1.0
+    assert pt.detectable_tv(100, false_alarm=0.5, power=0.01) >= 0.0   # never negative

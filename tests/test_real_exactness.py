@@ -217,6 +217,12 @@ def test_pertoken_exactness_refuses_bad_arguments():
         pertoken_exactness(None, "target", **{**kw, "prompts": []})
     with pytest.raises(ValueError, match="resolution"):
         pertoken_exactness(None, "target", **kw, resolution=0.0)
+    for name, bad in (("seed", -1), ("seed", "0"), ("prompts", "Hello"), ("prompts", [""]),
+                      ("max_requests", 0)):
+        with pytest.raises(ValueError, match=name):
+            pertoken_exactness(None, "target", **{**kw, name: bad})
+    with pytest.raises(ValueError, match="max_tokens: the longest prompt .* must fit"):
+        pertoken_exactness(None, "target", **{**kw, "max_tokens": 126})
 
 
 @pytest.mark.slow

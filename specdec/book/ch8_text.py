@@ -775,7 +775,12 @@ def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_i
     if match_draft > match_ideal + 1e-12:
         raise ValueError(f"match_draft: cannot exceed match_ideal, the largest probability "
                          f"at each position ({match_draft!r} > {match_ideal!r})")
-    _finite("model_ideal", model_ideal)
+    if not _finite("model_ideal", model_ideal) > 0:
+        raise ValueError(f"model_ideal: must be a speedup > 0 (got {model_ideal!r})")
+    if not _finite("mark", mark) > 0:
+        raise ValueError(f"mark: must be a speedup > 0 (got {mark!r})")
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma: must be an integer >= 1 (got {gamma!r})")
     text = (f"on the plain server's texts the target's sample equals this draft's arg-max at "
             f"a mean {match_draft:.0%} of positions and its own arg-max at {match_ideal:.0%} "
             f"(the speculative server reported {served:.0%} of its drafted tokens accepted: "

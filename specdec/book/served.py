@@ -106,7 +106,8 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                        seed: int, slots: int = 4, stop_share: float = 0.05,
                        exact_cache: bool = False, control_requests: int = 60,
                        control_top_k: int = 4, disagreement_requests: int = 8,
-                       false_alarm: float = 1e-6, log=lambda *_: None) -> dict:
+                       false_alarm: float = 1e-6, max_requests: int = 5000,
+                       log=lambda *_: None) -> dict:
     """Per-token exactness of one target served with and without the draft, and its
     positive controls, every emitted token tested (:mod:`specdec.pertoken`).
 
@@ -156,8 +157,7 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         Request seeds: ``seed`` onwards for the plain and (the same seeds) the
         speculative server, then the controls' (disjoint), and ``seed + 2**30`` onwards
         for the disagreement's requests; each check's uniforms come from
-        ``numpy.random.default_rng([seed, 1, k])``, ``k`` its index. the transforms' uniforms follow
-        (:func:`specdec.client.tokencheck.served_pertoken_check`).
+        ``numpy.random.default_rng([seed, 1, k])``, ``k`` its index.
     slots : int
         Server slots, >= 1.
     exact_cache : bool
@@ -171,6 +171,9 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     control_requests, control_top_k, disagreement_requests : int
     false_alarm : float
         Per check, in (0, 1).
+    max_requests : int
+        Refuse to send more than this many requests per configuration (a measured
+        tolerance close to half the resolution would ask for an endless run).
 
     Returns
     -------
@@ -215,8 +218,19 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                         ("disagreement_requests", disagreement_requests)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise ValueError(f"{name}: must be an integer >= 1 (got {value!r})")
-    if not prompts:
-        raise ValueError("prompts: need at least one prompt")
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts \
+            or not all(isinstance(x, str) and x for x in prompts):
+        raise ValueError("prompts: need a non-empty list of non-empty strings")
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
+        raise ValueError(f"seed: must be an integer in [0, 2**31) (got {seed!r})")
+    if not (isinstance(max_requests, int) and max_requests >= 1):
+        raise ValueError(f"max_requests: must be an integer >= 1 (got {max_requests!r})")
+    context = min(nn.load_model(target).config.context, nn.load_model(draft).config.context)
+    longest = max(len(x.encode("utf-8")) for x in prompts)
+    if longest + max_tokens + gamma > context:
+        raise ValueError(f"max_tokens: the longest prompt ({longest} bytes) plus max_tokens "
+                         f"({max_tokens}) plus gamma ({gamma}) must fit the models' context "
+                         f"of {context} positions")
     for name, value, interval in (("resolution", resolution, "(0, 1]"),
                                   ("false_alarm", false_alarm, "(0, 1)"),
                                   ("stop_share", stop_share, "[0, 1]")):
@@ -241,6 +255,10 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         need = tokens_for(resolution, false_alarm=false_alarm, orderings=4,
                           tolerance=measured["max_tv"])
         requests = math.ceil(need / (1.0 - stop_share) ** 2 / max_tokens)
+        if requests > max_requests:
+            raise ValueError(f"resolution: {resolution:g} at the measured tolerance "
+                             f"{measured['max_tv']:.3g} needs {requests:,} requests per "
+                             f"server, more than max_requests ({max_requests:,})")
         # plain and speculative at the same seeds: llama.cpp's rule consumes one random
         # draw per emitted token, so the texts coincide where the two are exact alike, and
         # each distinct text's laws are computed once; the controls on seeds of their own

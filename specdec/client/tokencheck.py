@@ -385,7 +385,8 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
         raise ValueError("responses: need at least one")
     table = dict(table or {})
     vocab = target.config.vocab_size
-    for key, laws in table.items():               # a table of other models or settings
+    for key, laws in table.items():               # shapes only: the caller vouches for
+        # the models and settings a table was built with
         if not (isinstance(laws, tuple) and len(laws) == 2
                 and np.shape(laws[0]) == (len(key[1]), vocab)
                 and (draft is None or np.shape(laws[1]) == (len(key[1]), vocab))):
