@@ -239,16 +239,10 @@ def test_served_engine_is_exact_with_and_without_draft(server_binary):
     assert ex.same_seed_identity(list(long_a), list(long_b))["different"] == 0
 
 
-@pytest.mark.slow
-def test_served_large_target_is_exact_with_the_draft(server_binary):
-    """The calibrated check of chapter 8 on the memory-bound target (float16 on disk,
-    float32 GGUF): the speculative server's law of two bytes is the target's exact law."""
-    prompt = nn.load_heldout()["it"]["prompts"][0]
-    with engine.serve("target_large", "draft", gamma=4, parallel=4, exact_cache=True) as spec:
-        drafted, law = _law_and_draws(spec.url, prompt, 1000, target="target_large")
-    check = ex.first_tokens_law_test(drafted, law)           # fails with probability <= 1e-6
-    assert check.passed, check.message
-    assert check.detectable_tv < 0.35            # set by the law and the trials
+# The large target's exactness with the draft is chapter 8's per-token check (every
+# emitted token, plain and with the draft, at a detectable TV of 0.02, asserted in the
+# notebook and so executed by the whole-book test); the two-byte check of 1,000 requests
+# that stood here (detectable TV about 0.35) was dropped as weaker and slower.
 
 
 @pytest.mark.slow
