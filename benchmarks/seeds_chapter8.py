@@ -123,9 +123,19 @@ def main(argv=None) -> int:
     engine.build()
     for name in engine.models():
         engine.convert(name)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.json.with_suffix(".partial.jsonl")     # each run as it ends: none is lost
+    partial.write_text("", encoding="utf-8")
     if args.scale_only:                      # separate processes: separate clients and GILs
         with ProcessPoolExecutor(max_workers=args.parallel) as pool:
-            runs = list(pool.map(scale_run, seeds))
+            runs = []
+            for run in pool.map(scale_run, seeds):
+                runs.append(run)
+                with partial.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(run) + "\n")
+                print(f"seed {run['seed']}: measured {run['ch8_big_headline']:.2f}x, model "
+                      f"{run['ch8_big_predicted']:.2f}x, error {run['ch8_big_error']:+.1%}",
+                      flush=True)
     else:                                    # each execution has a kernel of its own
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
             runs = list(pool.map(lambda s: one_run(s, args.trials), seeds))
