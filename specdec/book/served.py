@@ -218,10 +218,9 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                         ("disagreement_requests", disagreement_requests)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise ValueError(f"{name}: must be an integer >= 1 (got {value!r})")
-    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts \
-            or not all(isinstance(x, str) and x for x in prompts):
-        raise ValueError("prompts: need a non-empty list of non-empty strings")
-    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
+    # the requests' own rules (prompts, seed >= 0), before any server starts
+    tc._check_request_args(prompts, 1, max_tokens, 1.0, seed)
+    if isinstance(seed, bool) or seed >= 2 ** 31:
         raise ValueError(f"seed: must be an integer in [0, 2**31) (got {seed!r})")
     if not (isinstance(max_requests, int) and max_requests >= 1):
         raise ValueError(f"max_requests: must be an integer >= 1 (got {max_requests!r})")
