@@ -45,6 +45,7 @@ __all__ = [
     "Report",
     "rotation",
     "environment",
+    "usable_cores",
     "model_info",
     "prompt_distribution",
     "peak_memory",
@@ -425,6 +426,15 @@ def limit_blas_threads(threads: int | None):
         yield
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity; ``os.cpu_count()`` where the
+    system does not say), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def environment() -> dict:
     """Hardware and software of this run: CPU, cores, BLAS and its threads, versions."""
     import scipy
@@ -436,11 +446,7 @@ def environment() -> dict:
     except Exception:  # pragma: no cover - numpy without the dict mode
         blas = {"name": "unknown"}
     blas["threads"] = blas_threads()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        usable = os.cpu_count()
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "usable_cores": usable,
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "usable_cores": usable_cores(),
             "machine": platform.machine(), "os": platform.platform(), "blas": blas,
             "python": platform.python_version(), "numpy": np.__version__,
             "scipy": scipy.__version__, "specdec": getattr(specdec, "__version__", "unknown")}

@@ -256,8 +256,23 @@ def test_cycle_cost_change_names_the_input_that_moved():
 
 def test_pass_disturbance_says_when_a_run_was_disturbed():
     s = t.pass_disturbance(2.01, 0.25)
-    assert "above the 25% that marks a disturbed run" in s and "c and g are medians" in s
+    assert "above the 25% that marks a disturbed run" in s and "come from CPU time" in s
     assert t.pass_disturbance(0.1, 0.25).endswith("was 10%, within the 25% of an undisturbed run")
+
+
+def test_cost_clock_says_which_clock_and_why():
+    quiet = t.cost_clock(0.70, 0.71, 0.70, -0.004)
+    assert "predicted 0.71× (+1%, against +0% from CPU time)" in quiet
+    assert "during 0% of the passes' wall time, a quiet machine" in quiet
+    busy = t.cost_clock(0.69, 0.82, 0.67, 0.31)
+    assert "predicted 0.82× (+22%, against +3% from CPU time)" in busy
+    assert "during 31% of the passes' wall time" in busy and "is closer to" in busy
+    assert "is no closer to" in t.cost_clock(0.60, 0.66, 0.67, 0.31)
+    import pytest
+    for bad in (dict(measured=0.0), dict(waiting=float("nan")), dict(predicted_wall=-1.0)):
+        with pytest.raises(ValueError):
+            t.cost_clock(**{**dict(predicted_cpu=0.7, predicted_wall=0.7, measured=0.7,
+                                   waiting=0.1), **bad})
 
 
 def test_tail_label_is_max_below_100():

@@ -271,6 +271,8 @@ def test_pass_times_refuses_bad_arguments_by_name():
             pass_times(**args)
     with pytest.raises(TypeError, match="prefix, continuation: must be strings"):
         pass_times({}, None, "defgh", [1], 1)
+    with pytest.raises(ValueError, match=r"pids: names \['draft'\] are not among"):
+        pass_times({"target": None}, "abc", "defgh", [1], 1, pids={"draft": 1})
 
 
 # ------------------------------------------------- nothing measured lost, no server left

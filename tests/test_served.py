@@ -97,25 +97,62 @@ def test_cpu_model_and_server_context(tmp_path):
     assert (spec["cache_k"], spec["cache_v"], spec["flash_attention"]) == ("f32", "f32", "off")
 
 
-def _passes(t1, tv, d1, gamma=2):
+def _passes(t1, tv, d1, gamma=2, cpu=None):
+    """Pass rows of three repeats; ``cpu``: the CPU time as a share of the wall time
+    (None: no CPU times, as on a system that does not report them)."""
     rows = []
     for r, jitter in enumerate((1.0, 1.2, 1.1)):
-        rows.append({"server": "target", "repeat": r, "positions": 1, "ms": t1 * jitter})
-        rows.append({"server": "target", "repeat": r, "positions": 2, "ms": (t1 + tv) / 2 * jitter})
-        rows.append({"server": "target", "repeat": r, "positions": gamma + 1, "ms": tv * jitter})
-        rows.append({"server": "draft", "repeat": r, "positions": 1, "ms": d1 * jitter})
+        for server, k, ms in (("target", 1, t1), ("target", 2, (t1 + tv) / 2),
+                              ("target", gamma + 1, tv), ("draft", 1, d1)):
+            rows.append({"server": server, "repeat": r, "positions": k, "ms": ms * jitter,
+                         "cpu_ms": None if cpu is None else ms * jitter * cpu})
     return rows
 
 
-def test_window_costs_use_medians():
+def test_window_costs_use_medians_of_wall_time_without_cpu_times():
     w = s.window_costs(_passes(10.0, 14.0, 1.0), 2)
-    assert s.COST_ESTIMATOR == "median"
+    assert s.COST_ESTIMATOR == "median CPU time" and w["clock"] == "wall"
     assert w["target_ms"] == pytest.approx(11.0) and w["verify_ms"] == pytest.approx(15.4)
     assert w["c"] == pytest.approx(0.1) and w["g"] == pytest.approx(1.4)
+    assert (w["c_wall"], w["g_wall"]) == (w["c"], w["g"])
     assert w["g_by_gamma"] == pytest.approx([1.2, 1.4])
-    assert w["disturbance"] == pytest.approx(0.1)
+    assert w["disturbance"] == pytest.approx(0.1) and math.isnan(w["waiting"])
     with pytest.raises(RuntimeError, match="no pass of 4 positions"):
         s.window_costs(_passes(10.0, 14.0, 1.0), 3)
+
+
+def test_window_costs_take_cpu_time_when_every_pass_has_it():
+    rows = _passes(10.0, 14.0, 1.0)
+    for r in rows:                      # preemption: the long pass waited, the others not
+        r["cpu_ms"] = r["ms"] / (2.0 if r["positions"] == 3 else 1.0)
+    w = s.window_costs(rows, 2)
+    assert w["clock"] == "cpu" and w["target_ms"] == pytest.approx(11.0)
+    assert w["verify_ms"] == pytest.approx(7.7) and w["verify_wall_ms"] == pytest.approx(15.4)
+    assert w["g"] == pytest.approx(0.7) and w["g_wall"] == pytest.approx(1.4)
+    assert w["c"] == pytest.approx(0.1) and w["c_wall"] == pytest.approx(0.1)
+    assert w["waiting"] == pytest.approx(1 - (11.0 + 7.7 + 1.1) / (11.0 + 15.4 + 1.1))
+    rows[0]["cpu_ms"] = None            # one pass without its CPU time: wall time for all
+    assert s.window_costs(rows, 2)["clock"] == "wall"
+    w = s.window_costs(_passes(10.0, 14.0, 1.0, cpu=1.0), 2)
+    assert w["clock"] == "cpu" and w["waiting"] == pytest.approx(0.0)
+
+
+def test_thread_cpu_ms_counts_run_time_not_waiting():
+    import os
+    import time
+
+    pid = os.getpid()
+    before = s.thread_cpu_ms(pid)
+    if before is None:
+        pytest.skip("this system does not report thread CPU time (/proc/PID/task/TID/schedstat)")
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.05:         # run for 50 ms
+        pass
+    ran = s.thread_cpu_ms(pid) - before
+    time.sleep(0.05)                               # 50 ms that are not CPU time
+    slept = s.thread_cpu_ms(pid) - before - ran
+    assert 30.0 < ran < 80.0 and slept < 10.0
+    assert s.thread_cpu_ms(2 ** 22 + 12345) is None            # no such process
 
 
 def test_predicted_speedup_exact_and_refusals():

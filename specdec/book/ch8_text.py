@@ -18,7 +18,7 @@ __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes"
            "g_against_lines", "pays_verdict", "model_agreement", "scale_trend",
            "tail_label", "interval_verdict", "pays_interval", "repetition_note",
            "model_errors", "bandwidth_share", "goodput_limits", "best_language",
-           "pertoken_verdict", "pertoken_lines", "draft_ceiling"]
+           "pertoken_verdict", "pertoken_lines", "draft_ceiling", "cost_clock"]
 
 
 def _finite(name: str, x) -> float:
@@ -579,14 +579,42 @@ def cycle_cost_change(small: dict, large: dict, gamma: int) -> str:
 def pass_disturbance(disturbance: float, threshold: float) -> str:
     """Whether the timed passes of a run were disturbed (median over fastest repeat - 1)."""
     if disturbance > threshold:
-        return (f"the largest disturbance of a pass time (median over fastest repeat, minus "
-                f"one) was {disturbance:.0%}, above the {threshold:.0%} that marks a disturbed "
-                f"run: other processes held the processor during some timed passes; c and g "
-                f"are medians of passes timed in the same windows as the paired requests, so "
-                f"a disturbance reaches both, but absolute times and small ratios of this "
-                f"run are less reliable")
-    return (f"the largest disturbance of a pass time (median over fastest repeat, minus one) "
-            f"was {disturbance:.0%}, within the {threshold:.0%} of an undisturbed run")
+        return (f"the largest disturbance of a pass's wall time (median over fastest repeat, "
+                f"minus one) was {disturbance:.0%}, above the {threshold:.0%} that marks a "
+                f"disturbed run: other processes held the processor during some timed passes. "
+                f"The model's c and g come from CPU time, which waiting does not inflate, but "
+                f"absolute times of this run are less reliable")
+    return (f"the largest disturbance of a pass's wall time (median over fastest repeat, "
+            f"minus one) was {disturbance:.0%}, within the {threshold:.0%} of an undisturbed "
+            f"run")
+
+
+def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
+               waiting: float, quiet: float = 0.05) -> str:
+    """The cost model fed CPU time against the same model fed wall time, and why they
+    differ: the share of the passes' wall time the decoding thread spent waiting.
+
+    ``waiting`` is ``1 - cpu / wall`` of the window's median passes (it can be slightly
+    negative on an idle machine: the CPU time includes a request's few microseconds of
+    bookkeeping around the pass); below ``quiet`` the machine counts as quiet.
+    """
+    for name, x in (("predicted_cpu", predicted_cpu), ("predicted_wall", predicted_wall),
+                    ("measured", measured), ("waiting", waiting), ("quiet", quiet)):
+        _finite(name, x)
+    if measured <= 0 or predicted_cpu <= 0 or predicted_wall <= 0:
+        raise ValueError("predicted_cpu, predicted_wall, measured: must be positive")
+    e_cpu, e_wall = predicted_cpu / measured - 1.0, predicted_wall / measured - 1.0
+    fed = (f"fed the wall-time medians of the same passes instead, the model would have "
+           f"predicted {predicted_wall:.2f}× ({e_wall:+.0%}, against {e_cpu:+.0%} from CPU "
+           f"time)")
+    if waiting < quiet:
+        return (fed + f": the decoding thread waited for a processor during "
+                f"{max(waiting, 0.0):.0%} of the passes' wall time, a quiet machine, on which "
+                f"the two clocks agree")
+    closer = "closer to" if abs(e_cpu) < abs(e_wall) else "no closer to"
+    return (fed + f": the decoding thread waited for a processor during {waiting:.0%} of the "
+            f"passes' wall time, which inflates a short pass and a long one by different "
+            f"factors, and the CPU-time model is {closer} the measurement")
 
 
 def tail_label(n: int) -> str:

@@ -32,7 +32,7 @@ from .. import nn
 from ..laws import check_int
 from ..measure import rotation
 
-__all__ = ["pass_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
+__all__ = ["thread_cpu_ms", "pass_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
            "interleave_languages", "distinct_ngram_share", "ratio_interval", "memory_bandwidth",
            "cpu_model", "pinned_commit", "server_context", "run_context", "sampled_protocol",
            "window_costs", "predicted_speedup"]
@@ -45,10 +45,34 @@ def _one(endpoint: cl.Endpoint, prompt: str, max_tokens: int) -> dict:
     return dict(cl.closed_loop(endpoint, [spec]).records[0].timings)
 
 
+def thread_cpu_ms(pid: int, tid: int | None = None) -> float | None:
+    """CPU time, in milliseconds, that thread ``tid`` of process ``pid`` has run so far.
+
+    Read from Linux's ``/proc/PID/task/TID/schedstat`` (its first field: nanoseconds on a
+    processor), which counts only the time the thread ran, not the time it waited for a
+    processor while other processes held it. ``tid`` defaults to ``pid``, the process's
+    main thread: the thread that runs llama-server's decoding loop (its HTTP threads are
+    others).
+
+    Returns
+    -------
+    float or None
+        None where the file does not exist (not Linux, no such process or thread,
+        scheduler statistics compiled out).
+    """
+    tid = pid if tid is None else tid
+    try:
+        with open(f"/proc/{int(pid)}/task/{int(tid)}/schedstat") as fh:
+            return int(fh.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Sequence[int],
-               repeats: int) -> list[dict]:
-    """Wall time of one forward pass over ``k`` new positions, per server, as the engine
-    times it (llama.cpp's ``timings.prompt_ms`` with ``timings.prompt_n == k``).
+               repeats: int, pids: dict | None = None) -> list[dict]:
+    """Time of one forward pass over ``k`` new positions, per server: the engine's wall
+    time (llama.cpp's ``timings.prompt_ms`` with ``timings.prompt_n == k``) and, where
+    the server's PID is given, the CPU time its decoding thread spent on the request.
 
     For every repeat, server (in an order that rotates with the repeat) and ``k`` in
     ``positions``: a request with ``prefix`` fills the server's cache, then a request with
@@ -60,10 +84,35 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     of positions than ``k`` (it re-evaluates a cached byte when the new text starts with
     the byte it generated) are kept with their own ``prompt_n``.
 
+    The CPU time (:func:`thread_cpu_ms` before and after the second request) is the pass
+    plus the sampling of one token and the request's bookkeeping on that thread (about
+    0.05 ms here); unlike the wall time it does not grow while the thread waits for a
+    processor that another process holds, which on a busy machine inflates a short pass
+    and a long one by different factors.
+
+    Parameters
+    ----------
+    endpoints : dict of str to Endpoint
+    prefix, continuation : str
+        ASCII; ``continuation`` at least ``max(positions)`` characters.
+    positions : sequence of int
+        Numbers of new positions, each >= 1.
+    repeats : int
+        >= 1.
+    pids : dict of str to int, optional
+        The PID of each endpoint's server (same keys); without it, or where the system
+        does not report thread CPU time, ``cpu_ms`` is None.
+
     Returns
     -------
     list of dict
-        ``server``, ``repeat``, ``positions`` (the engine's ``prompt_n``), ``ms``.
+        ``server``, ``repeat``, ``positions`` (the engine's ``prompt_n``), ``ms`` (wall),
+        ``cpu_ms`` (CPU, or None).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Arguments of the wrong type or out of range (named).
     """
     if not (isinstance(prefix, str) and isinstance(continuation, str)):
         raise TypeError("prefix, continuation: must be strings")
@@ -75,19 +124,27 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     repeats = check_int(repeats, "repeats")
     if max(positions) > len(continuation):
         raise ValueError(f"continuation: needs at least {max(positions)} characters")
+    pids = dict(pids or {})
+    if set(pids) - set(endpoints):
+        raise ValueError(f"pids: names {sorted(set(pids) - set(endpoints))} are not among "
+                         f"the endpoints {sorted(endpoints)}")
     rows = []
     for r in range(repeats):
         for name in rotation(list(endpoints), r):
+            pid = pids.get(name)
             for k in rotation(list(positions), r):
                 _one(endpoints[name], prefix, 1)
+                before = None if pid is None else thread_cpu_ms(pid)
                 t = _one(endpoints[name], prefix + continuation[:k], 1)
+                after = None if pid is None else thread_cpu_ms(pid)
+                cpu = None if before is None or after is None else after - before
                 rows.append({"server": name, "repeat": r, "positions": int(t["prompt_n"]),
-                             "ms": float(t["prompt_ms"])})
+                             "ms": float(t["prompt_ms"]), "cpu_ms": cpu})
     return rows
 
 
-def _fastest_and_median(rows, server, k):
-    ms = [x["ms"] for x in rows if x["server"] == server and x["positions"] == k]
+def _fastest_and_median(rows, server, k, key="ms"):
+    ms = [x[key] for x in rows if x["server"] == server and x["positions"] == k]
     if not ms:
         raise RuntimeError(f"no pass of {k} positions measured on {server}")
     return float(np.min(ms)), float(np.median(ms))
@@ -120,9 +177,15 @@ def weight_bytes(model: nn.Transformer) -> int:
 
 # ------------------------------------------------------------- sampled-text protocol
 #: How c and g are estimated from the pass timings of one window of the protocol. Fixed
-#: before any run (not chosen by which estimator predicted better afterwards): the median
-#: of the passes timed in that window, on the same servers as the paired requests.
-COST_ESTIMATOR = "median"
+#: before the runs it is used in (not chosen by which estimator predicted better): the
+#: median, over the passes of the window, of the CPU time the server's decoding thread
+#: spent on each pass (:func:`pass_times`), on the same servers as the paired requests.
+#: CPU time rather than wall time because a pass's wall time includes the time the thread
+#: waited for a processor, which on a busy machine inflates a pass by a factor that
+#: depends on its length, while the paired streams, which keep the server busy for
+#: seconds, are slowed alike; the wall-time medians are kept beside it (``c_wall``,
+#: ``g_wall``), and a window without CPU times falls back to them.
+COST_ESTIMATOR = "median CPU time"
 
 #: The headline of the served speedups, fixed before any run: the speedup of the mixed
 #: stream (every language's prompts interleaved, one request in flight) over all prompts.
@@ -531,7 +594,7 @@ def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: 
 
 def window_costs(passes: Sequence[dict], gamma: int) -> dict:
     """c and g(1..gamma) of one window's pass timings, by :data:`COST_ESTIMATOR` (the
-    median of the window's repeats of each pass).
+    median of the window's repeats of each pass, in CPU time where every pass has it).
 
     Parameters
     ----------
@@ -543,25 +606,42 @@ def window_costs(passes: Sequence[dict], gamma: int) -> dict:
     Returns
     -------
     dict
+        ``clock`` (``"cpu"``, or ``"wall"`` when some pass has no CPU time),
         ``target_ms`` (one-position pass), ``verify_ms`` (``gamma + 1`` positions),
-        ``draft_ms``, ``c``, ``g`` (= ``g_by_gamma[-1]``), ``g_by_gamma``, and
-        ``disturbance``: the largest ``median / fastest - 1`` of the three passes.
+        ``draft_ms``, ``c``, ``g`` (= ``g_by_gamma[-1]``), ``g_by_gamma``, all on that
+        clock; ``target_wall_ms``, ``verify_wall_ms``, ``draft_wall_ms``, ``c_wall``,
+        ``g_wall`` from the wall-time medians; ``disturbance``: the largest
+        ``median / fastest - 1`` of the three passes' wall times; ``waiting``: the share
+        of the three passes' median wall time that was not CPU time, ``1 - cpu / wall``
+        (the time the decoding thread waited for a processor or a lock; NaN without CPU
+        times).
 
     Raises
     ------
     RuntimeError
         A needed pass was not measured.
     """
-    def both(server, k):
-        return _fastest_and_median(passes, server, k)
+    gamma = check_int(gamma, "gamma")
+    needed = [x for x in passes if (x["server"] == "target" and 1 <= x["positions"] <= gamma + 1)
+              or (x["server"] == "draft" and x["positions"] == 1)]
+    cpu = bool(needed) and all(x.get("cpu_ms") is not None for x in needed)
 
-    t1_min, t1 = both("target", 1)
-    tv_min, tv = both("target", gamma + 1)
-    d1_min, d1 = both("draft", 1)
-    g_by_gamma = [both("target", k)[1] / t1 for k in range(2, gamma + 2)]
-    return {"target_ms": t1, "verify_ms": tv, "draft_ms": d1, "c": d1 / t1,
-            "g": g_by_gamma[-1], "g_by_gamma": g_by_gamma,
-            "disturbance": max(t1 / t1_min, tv / tv_min, d1 / d1_min) - 1.0}
+    def costs(key):
+        t1_min, t1 = _fastest_and_median(passes, "target", 1, key)
+        tv_min, tv = _fastest_and_median(passes, "target", gamma + 1, key)
+        d1_min, d1 = _fastest_and_median(passes, "draft", 1, key)
+        g_by = [_fastest_and_median(passes, "target", k, key)[1] / t1
+                for k in range(2, gamma + 2)]
+        return t1, tv, d1, g_by, max(t1 / t1_min, tv / tv_min, d1 / d1_min) - 1.0
+
+    w1, wv, wd, wg, disturbance = costs("ms")
+    t1, tv, d1, g_by = (costs("cpu_ms")[:4] if cpu else (w1, wv, wd, wg))
+    waiting = 1.0 - (t1 + tv + d1) / (w1 + wv + wd) if cpu else float("nan")
+    return {"clock": "cpu" if cpu else "wall", "target_ms": t1, "verify_ms": tv,
+            "draft_ms": d1, "c": d1 / t1, "g": g_by[-1], "g_by_gamma": g_by,
+            "target_wall_ms": w1, "verify_wall_ms": wv, "draft_wall_ms": wd,
+            "c_wall": wd / w1, "g_wall": wg[-1], "disturbance": disturbance,
+            "waiting": waiting}
 
 
 def predicted_speedup(acceptance: float, c: float, g: float, gamma: int) -> float:

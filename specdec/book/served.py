@@ -43,7 +43,7 @@ from .. import client as cl
 from .. import decode as dec
 from .. import nn
 from ..client import exactness as ex
-from ..measure import rotation
+from ..measure import rotation, usable_cores
 from .instruments import (COST_ESTIMATOR, HEADLINE, interleave_languages, last_level_cache,
                           memory_bandwidth, pass_times, predicted_speedup, run_context,
                           sampled_protocol, weight_bytes, window_costs)
@@ -103,7 +103,8 @@ def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequen
 
 def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                        prompts: Sequence[str], resolution: float = 0.02, max_tokens: int,
-                       seed: int, slots: int = 4, stop_share: float = 0.05,
+                       seed: int, slots: int = 4, threads: int = 1,
+                       stop_share: float = 0.05,
                        exact_cache: bool = False, control_requests: int = 60,
                        control_top_k: int = 4, disagreement_requests: int = 8,
                        false_alarm: float = 1e-6, max_requests: int = 5000,
@@ -111,12 +112,14 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     """Per-token exactness of one target served with and without the draft, and its
     positive controls, every emitted token tested (:mod:`specdec.pertoken`).
 
-    Three llama-servers run at once, one thread each: the target plain, the target with
+    Three llama-servers run, ``threads`` threads each: the target plain, the target with
     the draft (draft length ``gamma``), and the target with the draft and llama.cpp's
     synthetic acceptance (``--spec-synth-len gamma + 1``, a benchmarking option that
     accepts drafted tokens at a fixed rate whatever the target says). They have the cache
     type and attention of the timed servers (``exact_cache``) and ``slots`` slots instead
-    of one, so that the large target's passes are batched.
+    of one, so that the passes are batched; requests go to as many servers at a time as
+    the processor's cores hold ``threads`` threads (one at a time with two threads on two
+    cores), so no server waits for a core.
 
     1. The per-token disagreement between the plain server's sampling laws and numpy's
        (:func:`specdec.client.tokencheck.engine_disagreement`): every check's tolerance.
@@ -160,6 +163,8 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         ``numpy.random.default_rng([seed, 1, k])``, ``k`` its index.
     slots : int
         Server slots, >= 1.
+    threads : int
+        Threads of each server (``-t`` and ``-tb``), >= 1.
     exact_cache : bool
         Float32 KV cache and no flash attention (``tools/engine.py serve``); False keeps
         llama.cpp's defaults, as the timed servers do.
@@ -189,14 +194,15 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         no greedy draft, however trained, is accepted more often), with ``positions``;
         ``synthetic_flag``, ``control_top_k``,
         ``server_args`` (per configuration), ``target``, ``draft``, ``gamma``,
-        ``slots``, ``exact_cache``, ``resolution``, ``requests`` (of each of ``plain``
+        ``slots``, ``threads``, ``exact_cache``, ``resolution``, ``requests`` (of each of ``plain``
         and ``speculative``; the controls get ``control_requests``),
         ``max_tokens``, ``seconds``.
 
     Raises
     ------
     ValueError
-        A non-positive ``control_requests``, ``gamma``, ``slots`` or ``max_tokens``; a
+        A non-positive ``control_requests``, ``gamma``, ``slots``, ``threads`` or
+        ``max_tokens``; a
         ``resolution`` outside (0, 1] or at most twice the measured tolerance; no prompts.
     specdec.client.ClientError, EngineError
         A request failed, a server did not start.
@@ -213,7 +219,7 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     from ..pertoken import tokens_for
 
     for name, value in (("max_tokens", max_tokens), ("control_requests", control_requests),
-                        ("gamma", gamma), ("slots", slots),
+                        ("gamma", gamma), ("slots", slots), ("threads", threads),
                         ("control_top_k", control_top_k),
                         ("disagreement_requests", disagreement_requests)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
@@ -242,11 +248,10 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     settings = dec.SamplingSettings(temperature=1.0)
     p_model, q_model = nn.load_model(target), nn.load_model(draft)
     synth_flag = ("--spec-synth-len", str(gamma + 1))
-    with engine.serve(target, parallel=slots, exact_cache=exact_cache, log=log) as base, \
-            engine.serve(target, draft, gamma, parallel=slots, exact_cache=exact_cache,
-                         log=log) as spec, \
-            engine.serve(target, draft, gamma, parallel=slots, exact_cache=exact_cache,
-                         extra=synth_flag, log=log) as bad:
+    common = dict(parallel=slots, threads=threads, exact_cache=exact_cache, log=log)
+    with engine.serve(target, **common) as base, \
+            engine.serve(target, draft, gamma, **common) as spec, \
+            engine.serve(target, draft, gamma, extra=synth_flag, **common) as bad:
         measured = tc.engine_disagreement(cl.Endpoint(base.url), prompts, p_model, settings,
                                           requests=disagreement_requests, max_tokens=40,
                                           seed=seed + 2 ** 30)   # seeds no check tests
@@ -276,7 +281,9 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                                       extra=fields or {})
             return got, time.perf_counter() - t
 
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        # as many servers busy at once as the cores hold their threads
+        busy = max(1, usable_cores() // threads)
+        with ThreadPoolExecutor(max_workers=busy) as pool:
             fetched = dict(zip(jobs, pool.map(fetch, jobs)))
         t_laws = time.perf_counter()
         table = tc.response_law_table([r for got, _ in fetched.values() for r in got],
@@ -311,7 +318,8 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                          "top_k": checks["top_k"].to_dict()},
             "disagreement": measured, "synthetic_flag": " ".join(synth_flag),
             "control_top_k": control_top_k, "server_args": server_args, "target": target,
-            "draft": draft, "gamma": gamma, "slots": slots, "exact_cache": exact_cache,
+            "draft": draft, "gamma": gamma, "slots": slots, "threads": threads,
+            "exact_cache": exact_cache,
             "resolution": float(resolution), "requests": requests, "max_tokens": max_tokens,
             "same_text": {"requests": requests, "identical": int(same)},
             "greedy_match": {"positions": int(match.size), "draft": float(match.mean()),
@@ -513,7 +521,9 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
       ``g_by_gamma`` for every draft length from 1 to ``gamma``;
     * the cost model's speedup ``E / (gamma c + g)`` (:func:`predicted_speedup`) with
       ``E = 1 + gamma a``, ``a`` the acceptance the server reported in the same repeat;
-      beside the stream's measured speedup in that repeat, and their relative error.
+      beside the stream's measured speedup in that repeat, and their relative error;
+    * the same from the wall-time medians (``c_wall``, ``g_wall``, ``error_wall``), and
+      the share of the passes' wall time that was not CPU time (``waiting``).
 
     Per language and for the whole stream the measured speedup comes with a bootstrap
     interval over prompts (:func:`ratio_interval`) and the prediction from the medians of
@@ -561,9 +571,11 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
             eps = {"baseline": cl.Endpoint(base.url), "speculative": cl.Endpoint(spec.url)}
             cost_eps = {"target": eps["baseline"], "draft": cl.Endpoint(alone.url)}
 
-            def window(r, name=name, cost_eps=cost_eps):
+            pids = {"target": base.pid, "draft": alone.pid}
+
+            def window(r, name=name, cost_eps=cost_eps, pids=pids):
                 got = pass_times(cost_eps, prefix, continuation, tuple(range(1, gamma + 2)),
-                                 cost_repeats)
+                                 cost_repeats, pids=pids)
                 bw = memory_bandwidth(megabytes=bandwidth_megabytes, repeats=3)
                 return {"passes": [dict(x, target=name, window=r) for x in got],
                         "bandwidth": bw}
@@ -581,10 +593,14 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
             cost_r = window_costs(w["passes"], gamma)
             s = spec_streams[r]
             pred = predicted_speedup(s["acceptance"], cost_r["c"], cost_r["g"], gamma)
+            pred_wall = predicted_speedup(s["acceptance"], cost_r["c_wall"], cost_r["g_wall"],
+                                          gamma)
             windows.append({"target": name, "repeat": r, **cost_r,
                             "bandwidth": w["bandwidth"], "acceptance": s["acceptance"],
                             "predicted_speedup": pred, "speedup": s["speedup"],
                             "error": pred / s["speedup"] - 1.0,
+                            "predicted_speedup_wall": pred_wall,
+                            "error_wall": pred_wall / s["speedup"] - 1.0,
                             "achieved_gbs": models[name]["weight_bytes"] / cost_r["target_ms"]
                             / 1e6})
         pooled = window_costs(got, gamma)
@@ -595,13 +611,20 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
             which = [x for x in base_rows if group == "mixed" or x["language"] == group]
             base_tp = sum(x["tokens"] for x in which) / sum(x["seconds"] for x in which)
             pred = predicted_speedup(res["acceptance"], pooled["c"], pooled["g"], gamma)
+            pred_wall = predicted_speedup(res["acceptance"], pooled["c_wall"],
+                                          pooled["g_wall"], gamma)
             rows.append({"target": name, "language": group, "gamma": gamma,
                          "temperature": float(temperature), **models[name],
                          "target_pass_ms": pooled["target_ms"],
                          "verify_pass_ms": pooled["verify_ms"],
                          "draft_pass_ms": pooled["draft_ms"],
-                         "disturbance": pooled["disturbance"], "c": pooled["c"],
+                         "disturbance": pooled["disturbance"], "waiting": pooled["waiting"],
+                         "clock": pooled["clock"], "c": pooled["c"],
                          "g": pooled["g"], "g_by_gamma": pooled["g_by_gamma"],
+                         "c_wall": pooled["c_wall"], "g_wall": pooled["g_wall"],
+                         "target_pass_wall_ms": pooled["target_wall_ms"],
+                         "predicted_speedup_wall": pred_wall,
+                         "error_wall": pred_wall / res["speedup"] - 1.0,
                          "acceptance": res["acceptance"], "E": 1.0 + gamma * res["acceptance"],
                          "predicted_speedup": pred, "speedup": res["speedup"],
                          "speedup_low": res["low"], "speedup_high": res["high"],
