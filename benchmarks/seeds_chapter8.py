@@ -23,15 +23,18 @@ import argparse
 import ast
 import json
 import os
+import statistics
 import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from _common import REPO, engine_tool, execute_notebook
 
 GLUED = ("ch8_big_headline", "ch8_big_predicted", "ch8_big_error", "ch8_big_window_errors",
-         "ch8_big_seconds", "ch8_pt_large_seconds", "ch8_pt_small_seconds")
+         "ch8_big_error_wall", "ch8_big_waiting", "ch8_big_seconds", "ch8_pt_large_seconds",
+         "ch8_pt_small_seconds")
 
 
 def glued_values(notebook) -> dict:
@@ -77,15 +80,16 @@ def scale_run(seed: int) -> dict:
     sys.path.insert(0, str(REPO))
     from specdec.book.served import run_scale_study
 
-    before, t0 = os.getloadavg()[0], time.perf_counter()
+    before, t0 = os.getloadavg()[0], time.time()
     st = run_scale_study(seed=seed, **chapter_scale_knobs())
-    seconds = time.perf_counter() - t0
+    seconds = time.time() - t0
     head = next(r for r in st.targets if r["target"] == "target_large"
                 and r["language"] == "mixed")
     wins = [w["error"] for w in st.metadata["windows"] if w["target"] == "target_large"]
-    return {"seed": seed, "seconds": seconds, "load_before": before,
+    return {"seed": seed, "seconds": seconds, "load_before": before, "started": t0,
             "load_after": os.getloadavg()[0], "ch8_big_headline": head["speedup"],
             "ch8_big_predicted": head["predicted_speedup"], "ch8_big_error": head["error"],
+            "ch8_big_error_wall": head["error_wall"], "ch8_big_waiting": head["waiting"],
             "ch8_big_window_errors": wins, "ch8_big_seconds": st.seconds,
             "interval": [head["speedup_low"], head["speedup_high"]],
             "acceptance": head["acceptance"], "c": head["c"], "g": head["g"]}
@@ -126,30 +130,56 @@ def main(argv=None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     partial = args.json.with_suffix(".partial.jsonl")     # each run as it ends: none is lost
     partial.write_text("", encoding="utf-8")
-    if args.scale_only:                      # separate processes: separate clients and GILs
-        with ProcessPoolExecutor(max_workers=args.parallel) as pool:
-            runs = []
-            for run in pool.map(scale_run, seeds):
-                runs.append(run)
-                with partial.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(run) + "\n")
-                print(f"seed {run['seed']}: measured {run['ch8_big_headline']:.2f}x, model "
-                      f"{run['ch8_big_predicted']:.2f}x, error {run['ch8_big_error']:+.1%}",
-                      flush=True)
-    else:                                    # each execution has a kernel of its own
-        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-            runs = list(pool.map(lambda s: one_run(s, args.trials), seeds))
-    print("| seed | headline measured | cost model | error | per-repeat errors | "
-          "chapter (s) | load before, after |")
-    print("|--:|--:|--:|--:|:--|--:|:--|")
+    samples = []                             # (time, 1-minute load average) every 5 s
+    stop = threading.Event()
+
+    def sample_load():
+        while not stop.is_set():
+            samples.append((time.time(), os.getloadavg()[0]))
+            stop.wait(5.0)
+
+    sampler = threading.Thread(target=sample_load, daemon=True)
+    sampler.start()
+    runs = []
+
+    def done(run):
+        seen = [v for t, v in samples if run["started"] <= t <= run["started"] + run["seconds"]]
+        run["load"] = ({"min": min(seen), "median": statistics.median(seen), "max": max(seen)}
+                       if seen else None)
+        runs.append(run)
+        with partial.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(run) + "\n")
+        print(f"seed {run['seed']}: measured {run['ch8_big_headline']:.2f}x, model "
+              f"{run['ch8_big_predicted']:.2f}x, error {run['ch8_big_error']:+.1%} "
+              f"({run['seconds']:.0f} s)", flush=True)
+
+    try:
+        if args.scale_only:                  # separate processes: separate clients and GILs
+            with ProcessPoolExecutor(max_workers=args.parallel) as pool:
+                for fut in as_completed([pool.submit(scale_run, s) for s in seeds]):
+                    done(fut.result())
+        else:                                # each execution has a kernel of its own
+            with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+                for fut in as_completed([pool.submit(one_run, s, args.trials) for s in seeds]):
+                    done(fut.result())
+    finally:
+        stop.set()
+    runs.sort(key=lambda r: r["seed"])
+    print("| seed | headline measured | cost model | error | error, wall clock | "
+          "per-repeat errors | s | load min, median, max |")
+    print("|--:|--:|--:|--:|--:|:--|--:|:--|")
     within = 0
     for r in runs:
         err = r["ch8_big_error"]
         within += abs(err) <= args.tolerance
         reps = ", ".join(f"{e:+.0%}" for e in r["ch8_big_window_errors"])
+        load = r.get("load")
+        loads = ("-" if not load else
+                 f"{load['min']:.1f}, {load['median']:.1f}, {load['max']:.1f}")
+        wall = r.get("ch8_big_error_wall")
         print(f"| {r['seed']} | {r['ch8_big_headline']:.2f}× | {r['ch8_big_predicted']:.2f}× | "
-              f"{err:+.1%} | {reps} | {r['seconds']:.0f} | {r['load_before']:.1f}, "
-              f"{r['load_after']:.1f} |")
+              f"{err:+.1%} | {'-' if wall is None else f'{wall:+.1%}'} | {reps} | "
+              f"{r['seconds']:.0f} | {loads} |")
     print(f"cost model within {args.tolerance:.0%} of the headline in {within} of {len(runs)} "
           f"runs ({os.cpu_count()} cores, {args.parallel} executions at a time)")
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -51,6 +51,7 @@ __all__ = [
     "as_prompts",
     "autoregressive",
     "speculative",
+    "stepwise",
     "target_sequence_law",
     "real_paths",
 ]
@@ -439,6 +440,70 @@ def speculative(target: Transformer, draft: Transformer, prompts, max_new_tokens
                    proposed=tuple(r.proposed for r in rows), gamma=gamma,
                    accepted_lengths=tuple(tuple(r.lengths) for r in rows),
                    pass_seconds=passes)
+
+
+def stepwise(target: Transformer, draft: Transformer, prompts, max_new_tokens: int, rule,
+             rng: np.random.Generator,
+             settings: SamplingSettings = SamplingSettings()) -> list[tuple[int, ...]]:
+    """One token per step by a token-by-token rule: a reference decoder for its law.
+
+    At every step the draft proposes one token and ``rule`` (a
+    :class:`specdec.tokenrule.TokenByToken`: the exact rule, or one of its flaws in
+    ``specdec.tokenrule.STEP_FLAWS``) accepts it or draws the replacement
+    (:meth:`~specdec.tokenrule.TokenByToken.sample_step`), with the target's and the
+    draft's laws under ``settings`` given everything before. With the exact rule each
+    token is a draw from the target's law; with a flaw, from that flaw's step law, so
+    the output of a flawed rule is a positive control for a per-token check
+    (:mod:`specdec.pertoken`). Every step runs both models over the whole sequence (no
+    cache, one prompt at a time): meant for short runs and checks, not for speed.
+
+    Parameters
+    ----------
+    target, draft : Transformer
+        Same vocabulary.
+    prompts : str, bytes, sequence of int, or a list of those
+    max_new_tokens : int
+        Tokens per request, >= 1 (prompt plus tokens within both contexts).
+    rule : specdec.tokenrule.TokenByToken
+    rng : numpy.random.Generator or int
+    settings : SamplingSettings
+        Applied to both models' logits.
+
+    Returns
+    -------
+    list of tuple of int
+        The emitted tokens of each request, ``max_new_tokens`` each.
+
+    Raises
+    ------
+    ValueError
+        Mismatched vocabularies, bad prompts, ``max_new_tokens < 1``, a sequence beyond
+        either context, a ``rule`` that is not a token-by-token rule.
+
+    References
+    ----------
+    Leviathan, Kalman, Matias (2023), Algorithm 1 (one step, ``gamma = 1``).
+    """
+    from .tokenrule import check_token_rule
+
+    rule = check_token_rule(rule)
+    rng = check_rng(rng)
+    if target.config.vocab_size != draft.config.vocab_size:
+        raise ValueError("target, draft: vocabularies differ")
+    rows = as_prompts(prompts)
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+        raise ValueError(f"max_new_tokens: must be an integer >= 1 (got {max_new_tokens!r})")
+    _check_budget(target, rows, max_new_tokens, 0)
+    _check_budget(draft, rows, max_new_tokens, 0)
+    out = []
+    for row in rows:
+        seq = np.asarray(row, dtype=np.int64)
+        for _ in range(max_new_tokens):
+            p = settings.laws(target.forward(seq[None])[0, -1:])[0]
+            q = settings.laws(draft.forward(seq[None])[0, -1:])[0]
+            seq = np.append(seq, rule.sample_step(p, q, rng))
+        out.append(tuple(int(t) for t in seq[len(row):]))
+    return out
 
 
 def target_sequence_law(model: Transformer, prompt, length: int = 1,

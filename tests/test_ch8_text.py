@@ -364,6 +364,14 @@ def test_pertoken_verdict_both_ways():
         pertoken_verdict({**good, "plain": {"passed": "yes"}})
     with pytest.raises(ValueError, match="detectable_tv"):
         pertoken_verdict({**good, "plain": {**_pt_check(True), "detectable_tv": float("nan")}})
+    # one configuration only (the book's own decoder), named by the caller
+    one = {"speculative": _pt_check(True), "controls": {"flaw": _pt_check(False, 1e-27, 900)}}
+    text = pertoken_verdict(one, subjects={"speculative": "the book's decoder"})
+    assert text.startswith("the book's decoder passes: no per-token error larger than 0.020")
+    assert "without the draft" not in text and "every positive control fails" in text
+    assert len(pertoken_lines(one, {})) == 4
+    with pytest.raises(ValueError, match="needs a 'plain' or a 'speculative' check"):
+        pertoken_verdict({"controls": {}})
 
 
 def test_draft_ceiling_both_ways_and_refusals():

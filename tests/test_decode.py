@@ -56,3 +56,20 @@ def test_laws_errors_name_the_row():
         s.laws(z)
     with pytest.raises(LawError, match=r"logits: must have shape \(N, V\)"):
         s.laws(np.zeros(4))
+
+
+def test_stepwise_is_seeded_sized_and_refuses_bad_input_by_name():
+    from specdec import nn, tokenrule
+
+    target = nn.Transformer.random(nn.TransformerConfig(1, 8, 2, 16), np.random.default_rng(0), "t")
+    draft = nn.Transformer.random(nn.TransformerConfig(1, 8, 2, 16), np.random.default_rng(1), "d")
+    a = dec.stepwise(target, draft, ["ab", "cde"], 5, tokenrule.TOKEN, np.random.default_rng(3))
+    b = dec.stepwise(target, draft, ["ab", "cde"], 5, tokenrule.TOKEN, np.random.default_rng(3))
+    assert a == b and [len(t) for t in a] == [5, 5]
+    assert all(0 <= x < 256 for t in a for x in t)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        dec.stepwise(target, draft, ["ab"], 0, tokenrule.TOKEN, 0)
+    with pytest.raises(ValueError, match="max_new_tokens: prompt"):
+        dec.stepwise(target, draft, ["abcdefghij"], 7, tokenrule.TOKEN, 0)   # 17 > 16
+    with pytest.raises((TypeError, ValueError), match="rule"):
+        dec.stepwise(target, draft, ["ab"], 2, "correct", 0)

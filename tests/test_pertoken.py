@@ -262,19 +262,6 @@ def toy_models():
     return target, draft
 
 
-def _step_rule_decode(target, draft, prompt, rows, n, rule, rng, settings):
-    """A decoder that emits each token by one step of ``rule`` (propose from the draft,
-    accept or recover), ``rows`` requests of one prompt at once: exact for the correct
-    rule, biased for a flaw."""
-    seq = np.tile(nn.encode(prompt), (rows, 1))
-    for _ in range(n):
-        p = settings.laws(target.forward(seq)[:, -1])
-        q = settings.laws(draft.forward(seq)[:, -1])
-        t = [int(rule.sample_step(p[i], q[i], rng)) for i in range(rows)]
-        seq = np.concatenate([seq, np.array(t)[:, None]], axis=1)
-    return [tuple(int(x) for x in r[-n:]) for r in seq]
-
-
 @pytest.mark.parametrize("rule,exact", [(tokenrule.TOKEN, True), (tokenrule.RESAMPLE_Q, False)],
                          ids=["correct", "resample_q"])
 def test_in_process_step_decoders(toy_models, rule, exact):
@@ -284,8 +271,8 @@ def test_in_process_step_decoders(toy_models, rule, exact):
     prompts = ["hello", "ciao", "hola mundo"]
     n, length = 120, 24
     responses = [tc.Response(prompt, k, toks, False) for prompt in prompts
-                 for k, toks in enumerate(_step_rule_decode(
-                     target, draft, prompt, n // 3, length, rule, rng, settings_))]
+                 for k, toks in enumerate(dec.stepwise(
+                     target, draft, [prompt] * (n // 3), length, rule, rng, settings_))]
     check = tc.model_pertoken_check(responses, target, draft, settings=settings_,
                                     max_tokens=length, rng=np.random.default_rng(9),
                                     false_alarm=1e-6)

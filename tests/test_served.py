@@ -98,8 +98,8 @@ def test_cpu_model_and_server_context(tmp_path):
 
 
 def _passes(t1, tv, d1, gamma=2, cpu=None):
-    """Pass rows of three repeats; ``cpu``: the CPU time as a share of the wall time
-    (None: no CPU times, as on a system that does not report them)."""
+    """Pass rows of three repeats; ``cpu``: each pass's CPU time as a share of its wall
+    time (None: no CPU times, as on a system that does not report them)."""
     rows = []
     for r, jitter in enumerate((1.0, 1.2, 1.1)):
         for server, k, ms in (("target", 1, t1), ("target", 2, (t1 + tv) / 2),
@@ -123,8 +123,8 @@ def test_window_costs_use_medians_of_wall_time_without_cpu_times():
 
 def test_window_costs_take_cpu_time_when_every_pass_has_it():
     rows = _passes(10.0, 14.0, 1.0)
-    for r in rows:                      # preemption: the long pass waited, the others not
-        r["cpu_ms"] = r["ms"] / (2.0 if r["positions"] == 3 else 1.0)
+    for r in rows:                      # preemption: the long pass waited half its time
+        r["cpu_ms"] = r["ms"] / 2.0 if r["positions"] == 3 else r["ms"]
     w = s.window_costs(rows, 2)
     assert w["clock"] == "cpu" and w["target_ms"] == pytest.approx(11.0)
     assert w["verify_ms"] == pytest.approx(7.7) and w["verify_wall_ms"] == pytest.approx(15.4)
@@ -137,22 +137,23 @@ def test_window_costs_take_cpu_time_when_every_pass_has_it():
     assert w["clock"] == "cpu" and w["waiting"] == pytest.approx(0.0)
 
 
-def test_thread_cpu_ms_counts_run_time_not_waiting():
+def test_thread_times_count_running_and_waiting_apart():
     import os
     import time
 
     pid = os.getpid()
-    before = s.thread_cpu_ms(pid)
+    before = s.thread_times(pid)
     if before is None:
-        pytest.skip("this system does not report thread CPU time (/proc/PID/task/TID/schedstat)")
+        pytest.skip("this system does not report thread times (/proc/PID/task/TID/schedstat)")
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < 0.05:         # run for 50 ms
         pass
-    ran = s.thread_cpu_ms(pid) - before
-    time.sleep(0.05)                               # 50 ms that are not CPU time
-    slept = s.thread_cpu_ms(pid) - before - ran
-    assert 30.0 < ran < 80.0 and slept < 10.0
-    assert s.thread_cpu_ms(2 ** 22 + 12345) is None            # no such process
+    ran = s.thread_times(pid)[0] - before[0]
+    time.sleep(0.05)                               # 50 ms asleep: neither ran nor waited
+    after = s.thread_times(pid)
+    assert 30.0 < ran < 80.0 and after[0] - before[0] - ran < 10.0
+    assert after[1] >= before[1]                   # the wait only grows
+    assert s.thread_times(2 ** 22 + 12345) is None            # no such process
 
 
 def test_predicted_speedup_exact_and_refusals():
@@ -162,6 +163,41 @@ def test_predicted_speedup_exact_and_refusals():
                        ((0.5, 0.1, 1.0, 0), "gamma")):
         with pytest.raises(ValueError, match=match):
             s.predicted_speedup(*bad)
+
+
+def test_predicted_speedup_per_request_exact_and_refusals():
+    # E = 1 + 4 * 0.5 = 3, cycle 1.8 steps: decode-only 3 / 1.8
+    req = dict(step_ms=10.0, ttft_ms=50.0, spec_ttft_ms=60.0, tokens=11)
+    # plain: 50 + 10 * 10 = 150 ms; speculative: 60 + 10 * 10 * 1.8 / 3 = 120 ms
+    assert s.predicted_speedup(0.5, 0.1, 1.4, 4, **req) == pytest.approx(150 / 120)
+    # one token: only the times to first token count
+    one = dict(req, tokens=1)
+    assert s.predicted_speedup(0.5, 0.1, 1.4, 4, **one) == pytest.approx(50 / 60)
+    # long requests tend to the per-step model
+    long = dict(req, tokens=10 ** 7)
+    assert s.predicted_speedup(0.5, 0.1, 1.4, 4, **long) == pytest.approx(3 / 1.8, rel=1e-4)
+    with pytest.raises(ValueError, match="give all or none .*only step_ms, tokens"):
+        s.predicted_speedup(0.5, 0.1, 1.4, 4, step_ms=10.0, tokens=5)
+    for name, bad in (("step_ms", 0.0), ("ttft_ms", float("nan")), ("spec_ttft_ms", -1.0)):
+        with pytest.raises(ValueError, match=f"{name}: must be a positive number"):
+            s.predicted_speedup(0.5, 0.1, 1.4, 4, **dict(req, **{name: bad}))
+    with pytest.raises(ValueError, match="tokens"):
+        s.predicted_speedup(0.5, 0.1, 1.4, 4, **dict(req, tokens=0))
+
+
+def test_first_token_times_one_token_per_server_in_rotating_order():
+    slow = Script(delays=(0.03,), texts=("a",), tokens=(1,), timings={})
+    fast = Script(delays=(0.0,), texts=("a",), tokens=(1,), timings={})
+    with ScriptedServer(slow) as a, ScriptedServer(fast) as b:
+        eps = {"baseline": cl.Endpoint(a), "speculative": cl.Endpoint(b)}
+        first = s.first_token_times(eps, "p", 1.0, 7, order=0)
+        second = s.first_token_times(eps, "p", 1.0, 7, order=1)
+    assert [x["setting"] for x in first] == ["baseline", "speculative"]
+    assert [x["setting"] for x in second] == ["speculative", "baseline"]
+    ms = {x["setting"]: x["ms"] for x in first}
+    assert ms["baseline"] >= 30 and ms["speculative"] < ms["baseline"]
+    assert [b_["max_tokens"] for b_ in slow.bodies] == [1, 1]
+    assert [b_["seed"] for b_ in fast.bodies] == [7, 7]
 
 
 @settings(max_examples=30, deadline=None)
@@ -182,9 +218,18 @@ def test_sampled_protocol_against_two_scripted_servers():
         out = s.sampled_protocol(eps, {"en": ["p0", "p1"], "it": ["q0", "q1", "q2"]},
                                  baseline="baseline", repeats=3, max_tokens=4,
                                  temperature=1.0, seed=10,
-                                 window=lambda r: windows.append(r) or {"r": r})
-    assert windows == [0, 1, 2] and out["windows"] == [{"r": 0}, {"r": 1}, {"r": 2}]
+                                 window=lambda r, j: windows.append((r, j)) or {"r": r, "j": j},
+                                 window_parts=2)
+    assert windows == [(r, j) for r in range(3) for j in range(2)]
+    assert out["windows"] == [[{"r": r, "j": 0}, {"r": r, "j": 1}] for r in range(3)]
     assert out["stream"] == ["en", "it", "en", "it", "it"]
+    # request by request, each to both servers in an order that rotates with the request
+    assert [(x["prompt"], x["setting"]) for x in out["requests"][:4]] == [
+        (0, "baseline"), (0, "speculative"), (1, "speculative"), (1, "baseline")]
+    assert all(st_["wall"] == pytest.approx(sum(x["seconds"] for x in out["requests"]
+                                                if x["repeat"] == st_["repeat"]
+                                                and x["setting"] == st_["setting"]))
+               for st_ in out["streams"])
     assert len(out["requests"]) == 3 * 2 * 5
     seeds = [b["seed"] for b in slow.bodies]
     assert seeds == [10, 11, 12, 13, 14] * 3 and [b["seed"] for b in fast.bodies] == seeds
@@ -199,3 +244,6 @@ def test_sampled_protocol_against_two_scripted_servers():
     with pytest.raises(ValueError, match="baseline"):
         s.sampled_protocol(eps, {"en": ["p"]}, baseline="plain", repeats=1, max_tokens=4,
                            temperature=1.0, seed=0)
+    with pytest.raises(ValueError, match="window_parts: at most the 1 requests"):
+        s.sampled_protocol(eps, {"en": ["p"]}, baseline="baseline", repeats=1, max_tokens=4,
+                           temperature=1.0, seed=0, window=lambda r, j: None, window_parts=2)

@@ -741,12 +741,20 @@ def _up(x: float, digits: int = 3) -> str:
     return f"{math.ceil(x * 10 ** digits - 1e-9) / 10 ** digits:.{digits}f}"
 
 
-def pertoken_verdict(result, names=None) -> str:
-    """What one target's per-token checks found (:func:`specdec.book.served.pertoken_exactness`):
-    the two served configurations' verdicts with the error they would have detected, and
-    whether the controls failed as they must."""
-    plain = _check_fields("plain", result["plain"])
-    spec = _check_fields("speculative", result["speculative"])
+#: How :func:`pertoken_verdict` names each checked configuration by default.
+PERTOKEN_SUBJECTS = {"plain": "without the draft the server", "speculative": "with the draft it"}
+
+
+def pertoken_verdict(result, names=None, subjects=None) -> str:
+    """What one target's per-token checks found (:func:`specdec.book.served.pertoken_exactness`,
+    or any dict with a ``plain`` and/or a ``speculative`` check and ``controls``): each
+    configuration's verdict with the error it would have detected, and whether the
+    controls failed as they must. ``subjects`` renames configurations (default
+    :data:`PERTOKEN_SUBJECTS`), ``names`` the controls."""
+    subjects = {**PERTOKEN_SUBJECTS, **dict(subjects or {})}
+    configs = [(k, _check_fields(k, result[k])) for k in ("plain", "speculative") if k in result]
+    if not configs:
+        raise ValueError("result: needs a 'plain' or a 'speculative' check")
     controls = {k: _check_fields(f"controls[{k!r}]", c) for k, c in result["controls"].items()}
     def one(name, c):
         if c["passed"]:
@@ -754,7 +762,7 @@ def pertoken_verdict(result, names=None) -> str:
                     f"in total variation (in {c['tokens']:,} tokens)")
         return (f"{name} **fails** (Holm-adjusted p-value {pvalue_text(c['pvalue'])}, "
                 f"{c['tokens']:,} tokens)")
-    text = one("without the draft the server", plain) + "; " + one("with the draft it", spec)
+    text = "; ".join(one(subjects[k], c) for k, c in configs)
     names = dict(names or {})
     missed = [names.get(k, k) for k, c in controls.items() if c["passed"]]
     if not missed:
@@ -777,7 +785,7 @@ def pertoken_lines(result, names) -> list:
     lines = ["| server | verdict | requests | tokens | detectable TV | tolerance | "
              "Holm p-value | mean PIT, target order | mean PIT, draft/target order |",
              "|:--|:--|--:|--:|--:|--:|--:|--:|--:|"]
-    rows = [("plain", result["plain"]), ("speculative", result["speculative"]),
+    rows = [*((k, result[k]) for k in ("plain", "speculative") if k in result),
             *((k, c) for k, c in result["controls"].items())]
     for key, c in rows:
         c = _check_fields(key, c)

@@ -32,7 +32,7 @@ from .. import nn
 from ..laws import check_int
 from ..measure import rotation
 
-__all__ = ["thread_cpu_ms", "pass_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
+__all__ = ["thread_times", "pass_times", "first_token_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
            "interleave_languages", "distinct_ngram_share", "ratio_interval", "memory_bandwidth",
            "cpu_model", "pinned_commit", "server_context", "run_context", "sampled_protocol",
            "window_costs", "predicted_speedup"]
@@ -45,34 +45,37 @@ def _one(endpoint: cl.Endpoint, prompt: str, max_tokens: int) -> dict:
     return dict(cl.closed_loop(endpoint, [spec]).records[0].timings)
 
 
-def thread_cpu_ms(pid: int, tid: int | None = None) -> float | None:
-    """CPU time, in milliseconds, that thread ``tid`` of process ``pid`` has run so far.
+def thread_times(pid: int, tid: int | None = None) -> tuple[float, float] | None:
+    """Milliseconds that thread ``tid`` of process ``pid`` has run on a processor and has
+    waited for one, so far.
 
-    Read from Linux's ``/proc/PID/task/TID/schedstat`` (its first field: nanoseconds on a
-    processor), which counts only the time the thread ran, not the time it waited for a
-    processor while other processes held it. ``tid`` defaults to ``pid``, the process's
-    main thread: the thread that runs llama-server's decoding loop (its HTTP threads are
-    others).
+    Read from Linux's ``/proc/PID/task/TID/schedstat``: its first field is the time the
+    thread ran, its second the time it was ready to run but waited on a run queue while
+    other threads held the processors (nanoseconds). ``tid`` defaults to ``pid``, the
+    process's main thread: the thread that runs llama-server's decoding loop (its HTTP
+    threads are others).
 
     Returns
     -------
-    float or None
-        None where the file does not exist (not Linux, no such process or thread,
-        scheduler statistics compiled out).
+    tuple of float, or None
+        ``(ran_ms, waited_ms)``; None where the file does not exist (not Linux, no such
+        process or thread, scheduler statistics compiled out).
     """
     tid = pid if tid is None else tid
     try:
         with open(f"/proc/{int(pid)}/task/{int(tid)}/schedstat") as fh:
-            return int(fh.read().split()[0]) / 1e6
-    except (OSError, ValueError, IndexError):
+            ran, waited = fh.read().split()[:2]
+        return int(ran) / 1e6, int(waited) / 1e6
+    except (OSError, ValueError):
         return None
 
 
 def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Sequence[int],
-               repeats: int, pids: dict | None = None) -> list[dict]:
+               repeats: int, pids: dict | None = None, offset: int = 0) -> list[dict]:
     """Time of one forward pass over ``k`` new positions, per server: the engine's wall
     time (llama.cpp's ``timings.prompt_ms`` with ``timings.prompt_n == k``) and, where
-    the server's PID is given, the CPU time its decoding thread spent on the request.
+    the server's PID is given, the CPU time its decoding thread spent on the request and
+    the time it waited for a processor meanwhile.
 
     For every repeat, server (in an order that rotates with the repeat) and ``k`` in
     ``positions``: a request with ``prefix`` fills the server's cache, then a request with
@@ -84,11 +87,12 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     of positions than ``k`` (it re-evaluates a cached byte when the new text starts with
     the byte it generated) are kept with their own ``prompt_n``.
 
-    The CPU time (:func:`thread_cpu_ms` before and after the second request) is the pass
+    The CPU time (:func:`thread_times` before and after the second request) is the pass
     plus the sampling of one token and the request's bookkeeping on that thread (about
     0.05 ms here); unlike the wall time it does not grow while the thread waits for a
     processor that another process holds, which on a busy machine inflates a short pass
-    and a long one by different factors.
+    and a long one by different factors. The wait is recorded too, but it is not the
+    pass's own: on two cores the thread also waits to be woken for the request.
 
     Parameters
     ----------
@@ -101,13 +105,18 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
         >= 1.
     pids : dict of str to int, optional
         The PID of each endpoint's server (same keys); without it, or where the system
-        does not report thread CPU time, ``cpu_ms`` is None.
+        does not report thread times, ``cpu_ms`` and ``wait_ms`` are None.
+    offset : int
+        Number of the first round, >= 0: the orders rotate with ``offset + repeat``, so
+        rounds timed one at a time (a window spread through a stream) keep rotating.
 
     Returns
     -------
     list of dict
-        ``server``, ``repeat``, ``positions`` (the engine's ``prompt_n``), ``ms`` (wall),
-        ``cpu_ms`` (CPU, or None).
+        ``server``, ``repeat`` (the round, from ``offset``), ``positions`` (the engine's
+        ``prompt_n``), ``ms`` (the engine's wall time of the pass), ``cpu_ms`` and
+        ``wait_ms`` (the decoding thread's CPU time and wait for a processor during the
+        request, or None).
 
     Raises
     ------
@@ -122,6 +131,7 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     if not positions:
         raise ValueError("positions: must hold at least one number of positions")
     repeats = check_int(repeats, "repeats")
+    offset = check_int(offset, "offset", minimum=0)
     if max(positions) > len(continuation):
         raise ValueError(f"continuation: needs at least {max(positions)} characters")
     pids = dict(pids or {})
@@ -129,18 +139,40 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
         raise ValueError(f"pids: names {sorted(set(pids) - set(endpoints))} are not among "
                          f"the endpoints {sorted(endpoints)}")
     rows = []
-    for r in range(repeats):
+    for r in range(offset, offset + repeats):
         for name in rotation(list(endpoints), r):
             pid = pids.get(name)
             for k in rotation(list(positions), r):
                 _one(endpoints[name], prefix, 1)
-                before = None if pid is None else thread_cpu_ms(pid)
+                before = None if pid is None else thread_times(pid)
                 t = _one(endpoints[name], prefix + continuation[:k], 1)
-                after = None if pid is None else thread_cpu_ms(pid)
-                cpu = None if before is None or after is None else after - before
+                after = None if pid is None else thread_times(pid)
+                ran, wait = ((None, None) if before is None or after is None else
+                             (after[0] - before[0], after[1] - before[1]))
                 rows.append({"server": name, "repeat": r, "positions": int(t["prompt_n"]),
-                             "ms": float(t["prompt_ms"]), "cpu_ms": cpu})
+                             "ms": float(t["prompt_ms"]), "cpu_ms": ran, "wait_ms": wait})
     return rows
+
+
+def first_token_times(endpoints: dict, prompt: str, temperature: float, seed: int,
+                      order: int = 0) -> list[dict]:
+    """Time to first token of one request per server, ``prompt`` and one token (the
+    servers in an order that rotates with ``order``): what a request costs before its
+    decoding steps, the fixed part of the cost model per request (:func:`predicted_speedup`).
+
+    The time is the whole one-token request's, sent to answered, as the client times it:
+    a byte that ends inside a UTF-8 character arrives with no text of its own, so the
+    client's time to first *text* is not defined for every one-token request.
+
+    Returns
+    -------
+    list of dict
+        ``setting`` (the endpoint's name), ``ms`` (milliseconds).
+    """
+    spec = cl.RequestSpec("first-token", prompt, 1, cl.plain_sampling(temperature), seed)
+    return [{"setting": name,
+             "ms": 1e3 * cl.closed_loop(endpoints[name], [spec], 1).records[0].e2e}
+            for name in rotation(list(endpoints), order)]
 
 
 def _fastest_and_median(rows, server, k, key="ms"):
@@ -179,12 +211,13 @@ def weight_bytes(model: nn.Transformer) -> int:
 #: How c and g are estimated from the pass timings of one window of the protocol. Fixed
 #: before the runs it is used in (not chosen by which estimator predicted better): the
 #: median, over the passes of the window, of the CPU time the server's decoding thread
-#: spent on each pass (:func:`pass_times`), on the same servers as the paired requests.
-#: CPU time rather than wall time because a pass's wall time includes the time the thread
-#: waited for a processor, which on a busy machine inflates a pass by a factor that
-#: depends on its length, while the paired streams, which keep the server busy for
-#: seconds, are slowed alike; the wall-time medians are kept beside it (``c_wall``,
-#: ``g_wall``), and a window without CPU times falls back to them.
+#: spent on each pass (:func:`pass_times`), on the same servers as the paired requests
+#: and spread through the same stream. CPU time rather than wall time because a pass's
+#: wall time includes the time the thread waited for a processor, which on a busy
+#: machine inflates a short pass and a long one by different factors, while the paired
+#: streams, which keep the servers busy for seconds, are slowed alike; the wall-time
+#: medians are kept beside it (``c_wall``, ``g_wall``), and a window without CPU times
+#: falls back to them.
 COST_ESTIMATOR = "median CPU time"
 
 #: The headline of the served speedups, fixed before any run: the speedup of the mixed
@@ -468,15 +501,18 @@ def _record_row(rec, k: int, repeat: int, setting: str) -> dict:
 
 def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: int,
                      max_tokens: int, temperature: float, seed: int,
-                     window=None, confidence: float = 0.95) -> dict:
+                     window=None, window_parts: int = 1, confidence: float = 0.95) -> dict:
     """The paired protocol on a mixed-language stream, with intervals over prompts.
 
     Every repeat sends the same stream (:func:`interleave_languages`: the languages take
     turns, one request in flight, request ``k`` seeded ``seed + k`` in every setting and
-    repeat) to every setting in an order that rotates with the repeat; ``window``, when
-    given, is one more slot in that rotation (``window(repeat)`` runs there and its result
-    is kept: the pass timings of the cost model, on the same servers, in the same time
-    window as the requests).
+    repeat) to every setting, interleaved request by request: request ``k`` goes to every
+    setting in an order that rotates with ``k`` and the repeat, so that a change in the
+    machine's speed, which on a shared or virtual machine comes and goes within seconds,
+    reaches every setting alike instead of the one whose turn it was. ``window``, when
+    given, runs ``window_parts`` times per repeat, spread evenly through the stream
+    (``window(repeat, part)`` before request ``round(part * n / window_parts)``): the pass
+    timings of the cost model, on the same servers, in the same seconds as the requests.
 
     Parameters
     ----------
@@ -493,7 +529,9 @@ def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: 
     seed : int
         First request seed; also seeds the bootstrap.
     window : callable or None
-        ``window(repeat) -> object``, run once per repeat in the rotation.
+        ``window(repeat, part) -> object``.
+    window_parts : int
+        Calls of ``window`` per repeat, at least 1 and at most the stream's length.
     confidence : float
         Level of the bootstrap intervals (:func:`ratio_interval`).
 
@@ -502,40 +540,53 @@ def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: 
     dict
         ``requests``: one row per request (prompt index, language, repeat, setting,
         seconds, tokens, TTFT, TPOT, drafted and accepted tokens, text); ``streams``: per
-        repeat and setting, wall time, tokens, throughput, acceptance and (not for the
-        baseline) the paired ``speedup`` of that repeat; ``windows``: what ``window``
-        returned, per repeat; ``speedup``: per setting, the mixed stream's speedup with
-        its interval over prompts (per-prompt seconds: the median over repeats) and
-        ``by_language`` the same per language; ``identical``: per setting, the number of
-        (prompt, repeat) whose text equals the baseline's, and ``compared``.
+        repeat and setting, ``wall`` (the sum of its requests' end-to-end seconds),
+        tokens, throughput, acceptance and (not for the baseline) the paired ``speedup``
+        of that repeat; ``windows``: per repeat, the list of what ``window`` returned;
+        ``speedup``: per setting, the mixed stream's speedup with its interval over
+        prompts (per-prompt seconds: the median over repeats) and ``by_language`` the
+        same per language; ``identical``: per setting, the number of (prompt, repeat)
+        whose text equals the baseline's, and ``compared``.
 
     Raises
     ------
     ValueError
-        ``baseline`` not among ``endpoints``, ``repeats`` below 1.
+        ``baseline`` not among ``endpoints``, ``repeats`` below 1, ``window_parts``
+        outside [1, number of requests].
     """
     if baseline not in endpoints:
         raise ValueError(f"baseline: {baseline!r} is not one of the settings {sorted(endpoints)}")
     repeats = check_int(repeats, "repeats")
     stream = interleave_languages(prompts)
+    window_parts = check_int(window_parts, "window_parts")
+    if window_parts > len(stream):
+        raise ValueError(f"window_parts: at most the {len(stream)} requests of the stream "
+                         f"(got {window_parts})")
     sampling = cl.plain_sampling(temperature)
     specs = [cl.RequestSpec(f"{lang}-{k}", p, max_tokens, sampling, seed + k, lang)
              for k, (lang, p) in enumerate(stream)]
     names = list(endpoints)
-    slots = names + (["window"] if window is not None else [])
     requests, streams, windows = [], [], []
     for r in range(repeats):
-        for slot in rotation(slots, r):
-            if slot == "window":
-                windows.append(window(r))
-                continue
-            run = cl.closed_loop(endpoints[slot], specs, 1, setting=slot)
-            requests += [_record_row(rec, k, r, slot) for k, rec in enumerate(run.records)]
-            acc = cl.acceptance(run.records)
-            streams.append({"repeat": r, "setting": slot, "wall": run.wall,
-                            "tokens": sum(x.completion_tokens for x in run.records),
-                            "throughput": sum(x.completion_tokens for x in run.records) / run.wall,
-                            "acceptance": acc["acceptance"], "draft_n": acc["draft_n"],
+        before = {round(j * len(specs) / window_parts): j for j in range(window_parts)}
+        parts, records = [], {name: [] for name in names}
+        for k, spec in enumerate(specs):
+            if window is not None and k in before:
+                parts.append(window(r, before[k]))
+            for name in rotation(names, r + k):
+                rec = cl.closed_loop(endpoints[name], [spec], 1, setting=name).records[0]
+                records[name].append(rec)
+                requests.append(_record_row(rec, k, r, name))
+        if window is not None:
+            windows.append(parts)
+        for name in names:
+            recs = records[name]
+            acc = cl.acceptance(recs)
+            wall = float(sum(x.e2e for x in recs))
+            tokens = sum(x.completion_tokens for x in recs)
+            streams.append({"repeat": r, "setting": name, "wall": wall, "tokens": tokens,
+                            "throughput": tokens / wall, "acceptance": acc["acceptance"],
+                            "draft_n": acc["draft_n"],
                             "draft_n_accepted": acc["draft_n_accepted"]})
     base_tp = {s["repeat"]: s["throughput"] for s in streams if s["setting"] == baseline}
     for s in streams:
@@ -581,8 +632,9 @@ def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: 
                   if x["setting"] == baseline and x["repeat"] == 0 and x["prompt"] in which]
         shares = [v for v in shares if np.isfinite(v)]
         repetition[g] = float(np.median(shares)) if shares else float("nan")
-    return {"protocol": "mixed-language stream at batch one, settings (and the cost "
-                        "window) in rotating order inside every repeat; request k seeded "
+    return {"protocol": "mixed-language stream at batch one, interleaved request by "
+                        "request (each request to every setting in rotating order, the "
+                        "cost window's parts spread through the stream); request k seeded "
                         "seed + k in every setting and repeat; intervals: BCa bootstrap "
                         "over prompts", "baseline": baseline, "repeats": repeats,
             "max_tokens": max_tokens, "temperature": float(temperature), "seed": seed,
@@ -613,8 +665,8 @@ def window_costs(passes: Sequence[dict], gamma: int) -> dict:
         ``g_wall`` from the wall-time medians; ``disturbance``: the largest
         ``median / fastest - 1`` of the three passes' wall times; ``waiting``: the share
         of the three passes' median wall time that was not CPU time, ``1 - cpu / wall``
-        (the time the decoding thread waited for a processor or a lock; NaN without CPU
-        times).
+        (the time the decoding thread waited for a processor; slightly negative on a
+        quiet machine, where the CPU time's bookkeeping shows; NaN without CPU times).
 
     Raises
     ------
@@ -635,7 +687,7 @@ def window_costs(passes: Sequence[dict], gamma: int) -> dict:
         return t1, tv, d1, g_by, max(t1 / t1_min, tv / tv_min, d1 / d1_min) - 1.0
 
     w1, wv, wd, wg, disturbance = costs("ms")
-    t1, tv, d1, g_by = (costs("cpu_ms")[:4] if cpu else (w1, wv, wd, wg))
+    t1, tv, d1, g_by = costs("cpu_ms")[:4] if cpu else (w1, wv, wd, wg)
     waiting = 1.0 - (t1 + tv + d1) / (w1 + wv + wd) if cpu else float("nan")
     return {"clock": "cpu" if cpu else "wall", "target_ms": t1, "verify_ms": tv,
             "draft_ms": d1, "c": d1 / t1, "g": g_by[-1], "g_by_gamma": g_by,
@@ -644,8 +696,20 @@ def window_costs(passes: Sequence[dict], gamma: int) -> dict:
             "waiting": waiting}
 
 
-def predicted_speedup(acceptance: float, c: float, g: float, gamma: int) -> float:
-    """The cost model's speedup ``E / (gamma c + g)`` with ``E = 1 + gamma a``.
+def predicted_speedup(acceptance: float, c: float, g: float, gamma: int, *,
+                      step_ms: float | None = None, ttft_ms: float | None = None,
+                      spec_ttft_ms: float | None = None, tokens: int | None = None) -> float:
+    """The cost model's speedup: ``E / (gamma c + g)`` with ``E = 1 + gamma a`` per
+    decoding step, or, given the request terms, per request.
+
+    Per request, a plain request of ``N = tokens`` tokens costs its time to first token
+    and then one step ``t = step_ms`` per token, a speculative one its own time to first
+    token and then one cycle ``(gamma c + g) t`` per ``E`` tokens::
+
+        speedup = (ttft + (N - 1) t) / (spec_ttft + (N - 1) (gamma c + g) t / E)
+
+    which tends to ``E / (gamma c + g)`` as ``N`` grows: the time before the first token,
+    the same order for both servers, dilutes the gain of a short request.
 
     Parameters
     ----------
@@ -656,6 +720,11 @@ def predicted_speedup(acceptance: float, c: float, g: float, gamma: int) -> floa
         Draft step over target step; verification pass over target step (positive).
     gamma : int
         Draft length, at least 1.
+    step_ms, ttft_ms, spec_ttft_ms : float, optional
+        The target's step and the two servers' times to first token (milliseconds,
+        positive); all or none of them, with ``tokens``.
+    tokens : int, optional
+        Tokens per request, at least 1.
 
     Returns
     -------
@@ -664,16 +733,32 @@ def predicted_speedup(acceptance: float, c: float, g: float, gamma: int) -> floa
     Raises
     ------
     ValueError
-        An input out of its range.
+        An input out of its range, or only some of the request terms.
 
     References
     ----------
     Leviathan, Kalman and Matias (2023), Fast inference from transformers via speculative
-    decoding, section 3.4 (with a measured verification cost g in place of 1).
+    decoding, section 3.4 (with a measured verification cost g in place of 1, and the time
+    to first token of each request).
     """
     gamma = check_int(gamma, "gamma")
     if not (0 <= acceptance <= 1):
         raise ValueError(f"acceptance: must be in [0, 1] (got {acceptance!r})")
     if not (c > 0 and g > 0):
         raise ValueError(f"c, g: must be positive (got c={c!r}, g={g!r})")
-    return (1.0 + gamma * acceptance) / (gamma * c + g)
+    per_step = (1.0 + gamma * acceptance) / (gamma * c + g)
+    terms = {"step_ms": step_ms, "ttft_ms": ttft_ms, "spec_ttft_ms": spec_ttft_ms,
+             "tokens": tokens}
+    given = [k for k, v in terms.items() if v is not None]
+    if not given:
+        return per_step
+    if len(given) < len(terms):
+        raise ValueError(f"step_ms, ttft_ms, spec_ttft_ms, tokens: give all or none (got "
+                         f"only {', '.join(given)})")
+    tokens = check_int(tokens, "tokens")
+    for name in ("step_ms", "ttft_ms", "spec_ttft_ms"):
+        v = terms[name]
+        if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+            raise ValueError(f"{name}: must be a positive number of milliseconds (got {v!r})")
+    decode = (tokens - 1) * step_ms
+    return (ttft_ms + decode) / (spec_ttft_ms + decode / per_step)

@@ -44,7 +44,8 @@ from .. import decode as dec
 from .. import nn
 from ..client import exactness as ex
 from ..measure import rotation, usable_cores
-from .instruments import (COST_ESTIMATOR, HEADLINE, interleave_languages, last_level_cache,
+from .instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, interleave_languages,
+                          last_level_cache,
                           memory_bandwidth, pass_times, predicted_speedup, run_context,
                           sampled_protocol, weight_bytes, window_costs)
 
@@ -507,14 +508,14 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
 
     For every target: a plain and a speculative llama-server (the book's draft, draft
     length ``gamma``, one slot, one thread) and the draft served alone. Each of
-    ``repeats`` repeats runs, in an order that rotates with the repeat, the mixed-language
-    stream on the plain server, the same stream on the speculative one
-    (:func:`sampled_protocol`: ``prompts_per_language`` held-out prompts per language at
-    ``temperature``, seeded, one request in flight) and a *cost window*:
+    ``repeats`` repeats runs the mixed-language stream on the plain and the speculative
+    server, interleaved request by request (:func:`sampled_protocol`:
+    ``prompts_per_language`` held-out prompts per language at ``temperature``, seeded, one
+    request in flight), and a *cost window* spread through the same stream:
     ``cost_repeats`` rounds of :func:`pass_times` (one to ``gamma + 1`` positions on the
-    plain server, one on the draft alone) and a :func:`memory_bandwidth` baseline. From
-    each window (estimator :data:`COST_ESTIMATOR`, fixed before the run,
-    :func:`window_costs`):
+    plain server, one on the draft alone), one every ``1 / cost_repeats`` of the stream,
+    and a :func:`memory_bandwidth` baseline. From each repeat's window (estimator
+    :data:`COST_ESTIMATOR`, fixed before the run, :func:`window_costs`):
 
     * ``c``: the draft's one-position pass over the target's;
     * ``g``: the target's ``gamma + 1``-position pass over its one-position pass, and
@@ -556,6 +557,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                              f"{len(held[lang]['prompts'])} prompts in {lang!r}, fewer than "
                              f"{prompts_per_language}")
     prompts = {lang: held[lang]["prompts"][:prompts_per_language] for lang in languages}
+    stream_prompts = [p for _, p in interleave_languages(prompts)]
     text = held["en"]["text"]
     ascii_text = "".join(ch for ch in text if ch.isascii() and ch.isprintable())
     prefix, continuation = ascii_text[:48], ascii_text[48:48 + gamma + 1]
@@ -573,46 +575,69 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
 
             pids = {"target": base.pid, "draft": alone.pid}
 
-            def window(r, name=name, cost_eps=cost_eps, pids=pids):
+            def window(r, part, name=name, cost_eps=cost_eps, pids=pids, eps=eps):
+                k = r * cost_repeats + part
                 got = pass_times(cost_eps, prefix, continuation, tuple(range(1, gamma + 2)),
-                                 cost_repeats, pids=pids)
-                bw = memory_bandwidth(megabytes=bandwidth_megabytes, repeats=3)
-                return {"passes": [dict(x, target=name, window=r) for x in got],
-                        "bandwidth": bw}
+                                 1, pids=pids, offset=k)
+                out = {"passes": [dict(x, target=name, window=r) for x in got],
+                       "ttft": first_token_times(eps, stream_prompts[k % len(stream_prompts)],
+                                                 temperature, seed + k, k)}
+                if part == 0:                       # one bandwidth baseline per repeat
+                    out["bandwidth"] = memory_bandwidth(megabytes=bandwidth_megabytes,
+                                                        repeats=3)
+                return out
 
             out = sampled_protocol(eps, prompts, baseline="baseline", repeats=repeats,
                                    max_tokens=max_tokens, temperature=temperature,
-                                   seed=seed, window=window)
+                                   seed=seed, window=window, window_parts=cost_repeats)
             servers.update({f"{name}, plain": base.args[1:],
                             f"{name}, with the draft": spec.args[1:],
                             f"draft alone, beside {name}": alone.args[1:]})
-        got = [x for w in out["windows"] for x in w["passes"]]
+        by_repeat = [{"passes": [x for part in parts for x in part["passes"]],
+                      "ttft": [x for part in parts for x in part["ttft"]],
+                      "bandwidth": parts[0]["bandwidth"]} for parts in out["windows"]]
+        got = [x for w in by_repeat for x in w["passes"]]
         passes += got
         spec_streams = {s["repeat"]: s for s in out["streams"] if s["setting"] == "speculative"}
-        for r, w in enumerate(out["windows"]):
+
+        def model(acceptance, cost, ttft):
+            """The cost model per request (CPU-time passes) and per decoding step, and
+            per request with the wall-time passes."""
+            first = {k: float(np.median([x["ms"] for x in ttft if x["setting"] == k]))
+                     for k in ("baseline", "speculative")}
+            per_request = dict(ttft_ms=first["baseline"], spec_ttft_ms=first["speculative"],
+                               tokens=max_tokens)
+            return {"predicted_speedup": predicted_speedup(
+                        acceptance, cost["c"], cost["g"], gamma, step_ms=cost["target_ms"],
+                        **per_request),
+                    "predicted_decode": predicted_speedup(acceptance, cost["c"], cost["g"],
+                                                          gamma),
+                    "predicted_speedup_wall": predicted_speedup(
+                        acceptance, cost["c_wall"], cost["g_wall"], gamma,
+                        step_ms=cost["target_wall_ms"], **per_request),
+                    "ttft_ms": first["baseline"], "spec_ttft_ms": first["speculative"]}
+
+        for r, w in enumerate(by_repeat):
             cost_r = window_costs(w["passes"], gamma)
             s = spec_streams[r]
-            pred = predicted_speedup(s["acceptance"], cost_r["c"], cost_r["g"], gamma)
-            pred_wall = predicted_speedup(s["acceptance"], cost_r["c_wall"], cost_r["g_wall"],
-                                          gamma)
-            windows.append({"target": name, "repeat": r, **cost_r,
+            m = model(s["acceptance"], cost_r, w["ttft"])
+            windows.append({"target": name, "repeat": r, **cost_r, **m,
                             "bandwidth": w["bandwidth"], "acceptance": s["acceptance"],
-                            "predicted_speedup": pred, "speedup": s["speedup"],
-                            "error": pred / s["speedup"] - 1.0,
-                            "predicted_speedup_wall": pred_wall,
-                            "error_wall": pred_wall / s["speedup"] - 1.0,
+                            "speedup": s["speedup"],
+                            "error": m["predicted_speedup"] / s["speedup"] - 1.0,
+                            "error_wall": m["predicted_speedup_wall"] / s["speedup"] - 1.0,
+                            "error_decode": m["predicted_decode"] / s["speedup"] - 1.0,
                             "achieved_gbs": models[name]["weight_bytes"] / cost_r["target_ms"]
                             / 1e6})
         pooled = window_costs(got, gamma)
+        all_ttft = [x for w in by_repeat for x in w["ttft"]]
         mine = [w for w in windows if w["target"] == name]
         read_gbs = float(np.median([w["bandwidth"]["read_gbs_median"] for w in mine]))
         base_rows = [x for x in out["requests"] if x["setting"] == "baseline"]
         for group, res in out["speedup"]["speculative"].items():
             which = [x for x in base_rows if group == "mixed" or x["language"] == group]
             base_tp = sum(x["tokens"] for x in which) / sum(x["seconds"] for x in which)
-            pred = predicted_speedup(res["acceptance"], pooled["c"], pooled["g"], gamma)
-            pred_wall = predicted_speedup(res["acceptance"], pooled["c_wall"],
-                                          pooled["g_wall"], gamma)
+            m = model(res["acceptance"], pooled, all_ttft)
             rows.append({"target": name, "language": group, "gamma": gamma,
                          "temperature": float(temperature), **models[name],
                          "target_pass_ms": pooled["target_ms"],
@@ -622,13 +647,14 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                          "clock": pooled["clock"], "c": pooled["c"],
                          "g": pooled["g"], "g_by_gamma": pooled["g_by_gamma"],
                          "c_wall": pooled["c_wall"], "g_wall": pooled["g_wall"],
-                         "target_pass_wall_ms": pooled["target_wall_ms"],
-                         "predicted_speedup_wall": pred_wall,
-                         "error_wall": pred_wall / res["speedup"] - 1.0,
+                         "target_pass_wall_ms": pooled["target_wall_ms"], **m,
+                         "error_wall": m["predicted_speedup_wall"] / res["speedup"] - 1.0,
+                         "error_decode": m["predicted_decode"] / res["speedup"] - 1.0,
                          "acceptance": res["acceptance"], "E": 1.0 + gamma * res["acceptance"],
-                         "predicted_speedup": pred, "speedup": res["speedup"],
+                         "speedup": res["speedup"],
                          "speedup_low": res["low"], "speedup_high": res["high"],
-                         "prompts": res["prompts"], "error": pred / res["speedup"] - 1.0,
+                         "prompts": res["prompts"],
+                         "error": m["predicted_speedup"] / res["speedup"] - 1.0,
                          "baseline_throughput": base_tp,
                          "distinct_4gram_share": out["distinct_4gram_share"][group],
                          "achieved_gbs": models[name]["weight_bytes"] / pooled["target_ms"] / 1e6,
