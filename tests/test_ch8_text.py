@@ -205,7 +205,7 @@ def test_scale_sentences_both_ways():
     assert "work it does not see" in t.model_agreement(2.4, 2.0, 0.15)
     assert t.model_agreement(2.02, 2.01, 0.15) == ("the cost model predicts 2.02×, the "
                                                    "measurement to within 1%")
-    assert "other work held the processor" in t.model_agreement(1.5, 2.0, 0.15)
+    assert "runs colder in the processor's caches" in t.model_agreement(1.5, 2.0, 0.15)
     assert t.g_curve([1.43, 1.58, 1.77, 1.79]) == (
         "for γ = 1, 2, 3, 4 (passes of 2 to 5 positions) a pass costs g = 1.43, 1.58, 1.77, "
         "1.79 steps: each position beyond the first adds 0.20 of a step on average, far "

@@ -540,12 +540,32 @@ def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
     assert second.returncode == 0
     assert set(statuses(second).values()) == {"cached", "unchanged"}
 
-    third = run_build(root, "--seed", "7")
+    # Another seed re-executes every chapter, in a copy of the built book (the publishing
+    # tests read this one at the default seed). The timed chapters (chapter 8 and the
+    # kit on real implementations, about half of CI's time each time they execute) are left
+    # out of the copy: their assertions and sentences are exercised at other seeds by
+    # `benchmarks/seeds_chapter8.py` (seeds 1-5, `make bench`), not in every CI run.
+    other = root.parent / "seed7"
+    shutil.copytree(root, other, symlinks=True)
+    timed = [n for n, src in build.chapter_sources(build.Layout(other)) if build.executes_alone(src)]
+    assert timed, "no timed chapter found: the copy would re-execute everything"
+    toc = other / "_toc.yml"
+    toc.write_text("".join(l for l in toc.read_text().splitlines(keepends=True)
+                           if not any(f"book/chapters/{n}" in l for n in timed)))
+    for n in timed:
+        for f in (other / "book" / "chapters").glob(f"{n}.*"):
+            f.unlink()
+    # Without HTML: the other chapters' cross-references to the timed ones would not
+    # resolve in the trimmed book; the pages' seed note is checked above at seed 2026.
+    third = run_build(other, "--seed", "7", "--no-html")
     assert third.returncode == 0, third.stdout + third.stderr
     table = statuses(third)
-    assert all(table[p.stem] == "executed" for p in pages)
-    for page in pages:
-        assert _shows_seed(page, 7), f"{page.name} does not show seed 7"
+    kept = [n for n, _ in build.chapter_sources(build.Layout(other))]
+    assert len(kept) == len(pages) - len(timed)
+    assert {n: table.get(n) for n in kept} == {n: "executed" for n in kept}
+    for n in kept:
+        meta = json.loads((other / "book" / "chapters" / f"{n}.ipynb").read_text())["metadata"]
+        assert meta["specdec"]["parameters"]["seed"] == 7, n
 
 
 @pytest.mark.slow
@@ -554,7 +574,7 @@ def test_chapters_hold_their_assertions_for_other_seeds_and_trials(chapters_at_o
 
     Each one fails a correct implementation with a stated probability (at most 1e-9 per
     assertion, see chapter 4), so a failure here is a bug, not bad luck. The end-to-end
-    test above runs every chapter at seeds 2026 and 7; this one runs all but the timed
+    test above runs every chapter at seed 2026 and all but the timed ones at 7; this one runs all but the timed
     chapter (its assertions do not depend on ``trials``) at three more seeds, from one
     trial to twice the default (the builds are shared with tests/test_prose.py).
     """

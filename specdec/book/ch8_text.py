@@ -465,8 +465,9 @@ def model_agreement(predicted: float, measured: float, tolerance: float) -> str:
                "visible share of a cycle")
     else:              # pessimistic: the timed passes cost more than those inside the cycles
         why = ("so the passes it was fed cost more than the same passes inside the cycles "
-               "did: a pass timed while other work held the processor, or per-token work of "
-               "the plain server that a cycle shares among several tokens")
+               "did: a pass timed alone, between requests, runs colder in the processor's "
+               "caches than inside a stream, and the plain server's per-token work "
+               "(sampling, sending each token) is shared among several tokens by a cycle")
     return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
             f"measurement: more than {tolerance:.0%} off, {why}")
 

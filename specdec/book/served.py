@@ -513,14 +513,17 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     ``prompts_per_language`` held-out prompts per language at ``temperature``, seeded, one
     request in flight), and a *cost window* spread through the same stream:
     ``cost_repeats`` rounds of :func:`pass_times` (one to ``gamma + 1`` positions on the
-    plain server, one on the draft alone), one every ``1 / cost_repeats`` of the stream,
-    and a :func:`memory_bandwidth` baseline. From each repeat's window (estimator
+    plain server, one on the draft alone, CPU time of each server's process), one every
+    ``1 / cost_repeats`` of the stream, each with a one-token request to both servers
+    (:func:`first_token_times`), and a :func:`memory_bandwidth` baseline at the first. From each repeat's window (estimator
     :data:`COST_ESTIMATOR`, fixed before the run, :func:`window_costs`):
 
     * ``c``: the draft's one-position pass over the target's;
     * ``g``: the target's ``gamma + 1``-position pass over its one-position pass, and
       ``g_by_gamma`` for every draft length from 1 to ``gamma``;
-    * the cost model's speedup ``E / (gamma c + g)`` (:func:`predicted_speedup`) with
+    * the cost model's speedup per request of ``max_tokens`` tokens
+      (:func:`predicted_speedup` with the target's step and both servers' median time to
+      first token; ``predicted_decode`` is the per-step ``E / (gamma c + g)`` alone) with
       ``E = 1 + gamma a``, ``a`` the acceptance the server reported in the same repeat;
       beside the stream's measured speedup in that repeat, and their relative error;
     * the same from the wall-time medians (``c_wall``, ``g_wall``, ``error_wall``), and
