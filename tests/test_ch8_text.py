@@ -256,8 +256,17 @@ def test_cycle_cost_change_names_the_input_that_moved():
 
 def test_pass_disturbance_says_when_a_run_was_disturbed():
     s = t.pass_disturbance(2.01, 0.25)
-    assert "above the 25% that marks a disturbed run" in s and "come from CPU time" in s
+    assert "above the 25% that marks a disturbed run" in s and "probably held" in s
     assert t.pass_disturbance(0.1, 0.25).endswith("was 10%, within the 25% of an undisturbed run")
+    # with the decoding threads' waiting measured, the waiting decides, not the spread
+    idle = t.pass_disturbance(0.81, 0.25, waiting=-0.004)
+    assert "at most 0% of any window's pass wall time, so no other process" in idle
+    assert "varied by up to 81%" in idle and "the passes' own variation" in idle
+    busy = t.pass_disturbance(0.3, 0.25, waiting=0.31)
+    assert "up to 31% of a window's pass wall time" in busy and "come from CPU time" in busy
+    assert t.pass_disturbance(0.1, 0.25, waiting=float("nan")).endswith("undisturbed run")
+    with pytest.raises(ValueError, match="disturbance"):
+        t.pass_disturbance(float("nan"), 0.25)
 
 
 def test_cost_clock_says_which_clock_and_why():

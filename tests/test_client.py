@@ -516,3 +516,14 @@ def test_cli_exactness_without_a_verdict_when_the_server_dies(tmp_path, capsys):
     saved = json.loads(out.read_text())
     assert "exactness" not in saved and saved["failure"]["during"] == "exactness requests"
     assert saved["failure"]["error"]
+
+
+def test_tls_context_is_made_once_and_still_verifies():
+    import ssl
+
+    from specdec.client.stream import tls_context
+
+    ctx = tls_context()
+    assert ctx is tls_context()                       # shared by every client
+    assert isinstance(ctx, ssl.SSLContext)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname

@@ -9,6 +9,8 @@ measurements in both directions. Used in Chapter 8.
 
 from __future__ import annotations
 
+import math
+
 from .prose import pvalue_text, sci
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
@@ -577,17 +579,40 @@ def cycle_cost_change(small: dict, large: dict, gamma: int) -> str:
             f"the difference ({from_c:.2f} and {from_g:.2f} steps)")
 
 
-def pass_disturbance(disturbance: float, threshold: float) -> str:
-    """Whether the timed passes of a run were disturbed (median over fastest repeat - 1)."""
-    if disturbance > threshold:
-        return (f"the largest disturbance of a pass's wall time (median over fastest repeat, "
-                f"minus one) was {disturbance:.0%}, above the {threshold:.0%} that marks a "
-                f"disturbed run: other processes held the processor during some timed passes. "
-                f"The model's c and g come from CPU time, which waiting does not inflate, but "
+def pass_disturbance(disturbance: float, threshold: float, waiting: float | None = None,
+                     quiet: float = 0.05) -> str:
+    """Whether the timed passes of a run were disturbed.
+
+    ``disturbance`` is the largest ``median / fastest - 1`` of a pass's wall time over a
+    window. Where the servers' CPU times were read, ``waiting`` (the largest share of a
+    window's pass wall time that its decoding thread spent waiting for a processor) says
+    directly whether other processes held the processor; a spread of wall times without
+    waiting is the passes' own variation (caches, the memory system), not another
+    process. Without ``waiting`` the spread alone decides, against ``threshold``.
+    """
+    _finite("disturbance", disturbance)
+    _finite("threshold", threshold)
+    if waiting is None or not math.isfinite(waiting):
+        if disturbance > threshold:
+            return (f"the largest disturbance of a pass's wall time (median over fastest "
+                    f"repeat, minus one) was {disturbance:.0%}, above the {threshold:.0%} "
+                    f"that marks a disturbed run: other processes probably held the "
+                    f"processor during some timed passes, and absolute times of this run "
+                    f"are less reliable")
+        return (f"the largest disturbance of a pass's wall time (median over fastest "
+                f"repeat, minus one) was {disturbance:.0%}, within the {threshold:.0%} of an "
+                f"undisturbed run")
+    spread = (f"a pass's wall time varied by up to {disturbance:.0%} (median over fastest, "
+              f"minus one)")
+    if waiting > quiet:
+        return (f"the decoding threads waited for a processor during up to {waiting:.0%} of "
+                f"a window's pass wall time (above the {quiet:.0%} of a quiet machine): other "
+                f"processes held the processor during timed passes, and {spread}. The "
+                f"model's c and g come from CPU time, which waiting does not inflate, but "
                 f"absolute times of this run are less reliable")
-    return (f"the largest disturbance of a pass's wall time (median over fastest repeat, "
-            f"minus one) was {disturbance:.0%}, within the {threshold:.0%} of an undisturbed "
-            f"run")
+    return (f"the decoding threads waited for a processor during at most "
+            f"{max(waiting, 0.0):.0%} of any window's pass wall time, so no other process "
+            f"held the processor for long; {spread}, the passes' own variation")
 
 
 def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,

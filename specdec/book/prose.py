@@ -182,3 +182,22 @@ def widths_text(widths) -> str:
                              for w in widths):
         raise ValueError(f"widths: must be a non-empty sequence of integers >= 1 (got {widths!r})")
     return "-".join(str(int(w)) for w in widths)
+
+
+def spoken_list(items) -> str:
+    """Items as a sentence lists them: ``"a"``, ``"a and b"``, ``"a, b and c"``.
+
+    Examples
+    --------
+    >>> spoken_list(["Italian"]), spoken_list(["Italian", "English", "Chinese"])
+    ('Italian', 'Italian, English and Chinese')
+
+    Raises
+    ------
+    ValueError
+        ``items`` is empty.
+    """
+    words = [str(x) for x in items]
+    if not words:
+        raise ValueError("items: needs at least one item")
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..measure import median_iqr, percentiles, quartiles, rotation
 from .stream import (ClientError, Endpoint, RequestRecord, RequestSpec, run_async,
-                     stream_request)
+                     stream_request, tls_context)
 
 __all__ = ["arrival_times", "Run", "RunFailed", "failure_record", "closed_loop", "open_loop",
            "goodput", "summarize_run", "acceptance", "NoTokenizer", "tokenize",
@@ -239,7 +239,7 @@ def _client(connections: int) -> httpx.AsyncClient:
     connection on the same host costs a fraction of a millisecond of TTFT, every request
     alike, as it does a new user."""
     limits = httpx.Limits(max_connections=max(connections, 1), max_keepalive_connections=0)
-    return httpx.AsyncClient(limits=limits, trust_env=False)
+    return httpx.AsyncClient(limits=limits, trust_env=False, verify=tls_context())
 
 
 def closed_loop(endpoint: Endpoint, specs: Sequence[RequestSpec], concurrency: int = 1, *,
@@ -370,7 +370,7 @@ def tokenize(endpoint: Endpoint, texts: Sequence[str]) -> list[int]:
         The connection failed.
     """
     out = []
-    with httpx.Client(trust_env=False, timeout=endpoint.timeout) as client:
+    with httpx.Client(trust_env=False, verify=tls_context(), timeout=endpoint.timeout) as client:
         for i, text in enumerate(texts):
             where = f"tokenize request {i} to {endpoint.url}/tokenize"
             try:
