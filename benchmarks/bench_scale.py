@@ -2,7 +2,7 @@
 
 Runs :func:`specdec.book.served.run_scale_study` (the protocol of chapter 8's section on
 a memory-bound target) on the large target only, at the chapter's settings (sampled text
-at temperature 1, the mixed-language stream, cost windows interleaved with the repeats),
+at temperature 1, the mixed-language stream, cost windows spread through the stream),
 and prints for the stream and per language the engine's pass times, c, g(gamma), E, the
 cost model's speedup and the measured speedup with its 95% interval over prompts, and the
 model's error per repeat; then checks the speed target of the section, on the headline

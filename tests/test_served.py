@@ -251,3 +251,26 @@ def test_sampled_protocol_against_two_scripted_servers():
     with pytest.raises(ValueError, match="window_parts: at most the 1 requests"):
         s.sampled_protocol(eps, {"en": ["p"]}, baseline="baseline", repeats=1, max_tokens=4,
                            temperature=1.0, seed=0, window=lambda r, j: None, window_parts=2)
+
+
+def test_pass_times_positions_per_server_are_checked_before_any_request():
+    eps = {"target": cl.Endpoint("http://127.0.0.1:9"), "draft": cl.Endpoint("http://127.0.0.1:9")}
+    with pytest.raises(ValueError, match="positions: per server, must name exactly"):
+        s.pass_times(eps, "abc", "defgh", {"target": (1, 2)}, 1)
+    with pytest.raises(ValueError, match="none for 'draft'"):
+        s.pass_times(eps, "abc", "defgh", {"target": (1, 2), "draft": ()}, 1)
+    with pytest.raises(ValueError, match="continuation: needs at least 6"):
+        s.pass_times(eps, "abc", "defgh", {"target": (1, 6), "draft": (1,)}, 1)
+
+
+def test_scale_study_and_protocol_refuse_bad_windows_before_serving():
+    from specdec.book.served import run_scale_study
+
+    with pytest.raises(ValueError, match="cost_repeats: must be an integer from 1 to the 8"):
+        run_scale_study(languages=("en", "it"), prompts_per_language=4, cost_repeats=9)
+    with pytest.raises(ValueError, match="cost_repeats"):
+        run_scale_study(cost_repeats=0)
+    eps = {"baseline": cl.Endpoint("http://127.0.0.1:9")}
+    with pytest.raises(ValueError, match="prompts: must hold at least one prompt"):
+        s.sampled_protocol(eps, {}, baseline="baseline", repeats=1, max_tokens=4,
+                           temperature=1.0, seed=0)

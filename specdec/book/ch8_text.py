@@ -611,32 +611,45 @@ def pass_disturbance(disturbance: float, threshold: float, waiting: float | None
                 f"model's c and g come from CPU time, which waiting does not inflate, but "
                 f"absolute times of this run are less reliable")
     return (f"the decoding threads waited for a processor during at most "
-            f"{max(waiting, 0.0):.0%} of any window's pass wall time, so no other process "
-            f"held the processor for long; {spread}, the passes' own variation")
+            f"{max(waiting, 0.0):.0%} of any window's pass wall time, so other processes "
+            f"took little processor time from them; {spread}, which comes from the passes "
+            f"themselves or from other processes' use of memory and caches, not from "
+            f"waiting")
 
 
 def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
-               waiting: float, quiet: float = 0.05) -> str:
+               waiting: float, quiet: float = 0.05, agree: float = 0.02) -> str:
     """The cost model fed CPU time against the same model fed wall time, and why they
     differ: the share of the passes' wall time the decoding thread spent waiting.
 
     ``waiting`` is ``1 - cpu / wall`` of the window's median passes (it can be slightly
     negative on an idle machine: the CPU time includes a request's few microseconds of
-    bookkeeping around the pass); below ``quiet`` the machine counts as quiet.
+    bookkeeping around the pass; NaN where the system reports no thread times, and then
+    the model was fed wall time only); below ``quiet`` the machine counts as quiet, and
+    the two predictions agree when their relative errors differ by at most ``agree``.
     """
     for name, x in (("predicted_cpu", predicted_cpu), ("predicted_wall", predicted_wall),
-                    ("measured", measured), ("waiting", waiting), ("quiet", quiet)):
+                    ("measured", measured), ("quiet", quiet), ("agree", agree)):
         _finite(name, x)
     if measured <= 0 or predicted_cpu <= 0 or predicted_wall <= 0:
         raise ValueError("predicted_cpu, predicted_wall, measured: must be positive")
+    if not isinstance(waiting, (int, float)) or math.isinf(waiting):
+        raise ValueError(f"waiting: must be a finite number or NaN (got {waiting!r})")
+    if math.isnan(waiting):
+        return ("this system does not report its threads' CPU time, so the model's c and g "
+                "come from the passes' wall time, which grows while a thread waits for a "
+                "processor another process holds")
     e_cpu, e_wall = predicted_cpu / measured - 1.0, predicted_wall / measured - 1.0
     fed = (f"fed the wall-time medians of the same passes instead, the model would have "
            f"predicted {predicted_wall:.2f}× ({e_wall:+.0%}, against {e_cpu:+.0%} from CPU "
            f"time)")
     if waiting < quiet:
+        same = abs(e_cpu - e_wall) <= agree
         return (fed + f": the decoding thread waited for a processor during "
-                f"{max(waiting, 0.0):.0%} of the passes' wall time, a quiet machine, on which "
-                f"the two clocks agree")
+                f"{max(waiting, 0.0):.0%} of the passes' wall time, a quiet machine, "
+                + ("on which the two clocks agree" if same else
+                   "so the clocks differ by what the CPU time adds to a pass (the request's "
+                   "bookkeeping on the decoding thread), not by waiting"))
     closer = "closer to" if abs(e_cpu) < abs(e_wall) else "no closer to"
     return (fed + f": the decoding thread waited for a processor during {waiting:.0%} of the "
             f"passes' wall time, which inflates a short pass and a long one by different "

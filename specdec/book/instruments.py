@@ -99,8 +99,10 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     endpoints : dict of str to Endpoint
     prefix, continuation : str
         ASCII; ``continuation`` at least ``max(positions)`` characters.
-    positions : sequence of int
-        Numbers of new positions, each >= 1.
+    positions : sequence of int, or dict of str to sequence of int
+        Numbers of new positions, each >= 1: the same for every server, or per server
+        (same keys as ``endpoints``; a cost window needs one to ``gamma + 1`` positions
+        on the target and one on the draft).
     repeats : int
         >= 1.
     pids : dict of str to int, optional
@@ -127,13 +129,23 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
         raise TypeError("prefix, continuation: must be strings")
     if not (prefix.isascii() and continuation.isascii()):
         raise ValueError("prefix, continuation: must be ASCII (one byte, one token)")
-    positions = [check_int(k, "positions") for k in positions]
-    if not positions:
-        raise ValueError("positions: must hold at least one number of positions")
+    if isinstance(positions, dict):
+        if set(positions) != set(endpoints):
+            raise ValueError(f"positions: per server, must name exactly the endpoints "
+                             f"{sorted(endpoints)} (got {sorted(positions)})")
+        per_server = {name: list(ks) for name, ks in positions.items()}
+    else:
+        per_server = {name: list(positions) for name in endpoints}
+    for name, ks in per_server.items():
+        per_server[name] = [check_int(k, "positions") for k in ks]
+        if not ks:
+            raise ValueError(f"positions: must hold at least one number of positions "
+                             f"(none for {name!r})")
+    longest = max(max(ks) for ks in per_server.values())
     repeats = check_int(repeats, "repeats")
     offset = check_int(offset, "offset", minimum=0)
-    if max(positions) > len(continuation):
-        raise ValueError(f"continuation: needs at least {max(positions)} characters")
+    if longest > len(continuation):
+        raise ValueError(f"continuation: needs at least {longest} characters")
     pids = dict(pids or {})
     if set(pids) - set(endpoints):
         raise ValueError(f"pids: names {sorted(set(pids) - set(endpoints))} are not among "
@@ -142,7 +154,7 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     for r in range(offset, offset + repeats):
         for name in rotation(list(endpoints), r):
             pid = pids.get(name)
-            for k in rotation(list(positions), r):
+            for k in rotation(per_server[name], r):
                 _one(endpoints[name], prefix, 1)
                 before = None if pid is None else thread_times(pid)
                 t = _one(endpoints[name], prefix + continuation[:k], 1)
@@ -559,7 +571,7 @@ def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: 
     repeats = check_int(repeats, "repeats")
     stream = interleave_languages(prompts)
     window_parts = check_int(window_parts, "window_parts")
-    if window_parts > len(stream):
+    if window is not None and window_parts > len(stream):
         raise ValueError(f"window_parts: at most the {len(stream)} requests of the stream "
                          f"(got {window_parts})")
     sampling = cl.plain_sampling(temperature)

@@ -17,7 +17,7 @@ The book's use of :mod:`specdec.client` on ``llama-server`` serving the book's m
    accept while the target's sample equals the draft token) and of the rejection rule,
    computed exactly from the same models along held-out text (:func:`rule_acceptance`);
 5. the scale study (:func:`run_scale_study`): targets of growing weight size, the cost
-   model's inputs timed in windows interleaved with the paired repeats, a memory-bandwidth
+   model's inputs timed in windows spread through the paired stream, a memory-bandwidth
    baseline, and the context of every run (:func:`run_context`).
 
 The instruments these steps use (pass timings, the sampled-text protocol, the bandwidth
@@ -320,7 +320,7 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
             "disagreement": measured, "synthetic_flag": " ".join(synth_flag),
             "control_top_k": control_top_k, "server_args": server_args, "target": target,
             "draft": draft, "gamma": gamma, "slots": slots, "threads": threads,
-            "exact_cache": exact_cache,
+            "servers_at_once": busy, "exact_cache": exact_cache,
             "resolution": float(resolution), "requests": requests, "max_tokens": max_tokens,
             "same_text": {"requests": requests, "identical": int(same)},
             "greedy_match": {"positions": int(match.size), "draft": float(match.mean()),
@@ -513,17 +513,21 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     ``prompts_per_language`` held-out prompts per language at ``temperature``, seeded, one
     request in flight), and a *cost window* spread through the same stream:
     ``cost_repeats`` rounds of :func:`pass_times` (one to ``gamma + 1`` positions on the
-    plain server, one on the draft alone, CPU time of each server's process), one every
-    ``1 / cost_repeats`` of the stream, each with a one-token request to both servers
-    (:func:`first_token_times`), and a :func:`memory_bandwidth` baseline at the first. From each repeat's window (estimator
-    :data:`COST_ESTIMATOR`, fixed before the run, :func:`window_costs`):
+    plain server, one on the draft alone, CPU time of each server's decoding thread), one
+    every ``1 / cost_repeats`` of the stream, each with a one-token request to both
+    servers (:func:`first_token_times`, a stream prompt half a stream away from the next
+    request, tagged with its language), and a :func:`memory_bandwidth` baseline at the
+    first. From each repeat's window (estimator :data:`COST_ESTIMATOR`, fixed before the
+    run, :func:`window_costs`):
 
     * ``c``: the draft's one-position pass over the target's;
     * ``g``: the target's ``gamma + 1``-position pass over its one-position pass, and
       ``g_by_gamma`` for every draft length from 1 to ``gamma``;
     * the cost model's speedup per request of ``max_tokens`` tokens
       (:func:`predicted_speedup` with the target's step and both servers' median time to
-      first token; ``predicted_decode`` is the per-step ``E / (gamma c + g)`` alone) with
+      first token, all three wall times, the clock the requests are timed on: a group's
+      own times to first token for a language; ``predicted_decode`` is the per-step
+      ``E / (gamma c + g)`` alone) with
       ``E = 1 + gamma a``, ``a`` the acceptance the server reported in the same repeat;
       beside the stream's measured speedup in that repeat, and their relative error;
     * the same from the wall-time medians (``c_wall``, ``g_wall``, ``error_wall``), and
@@ -550,6 +554,10 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     """
     if not (isinstance(gamma, int) and gamma >= 1):
         raise ValueError(f"gamma: must be an integer >= 1 (got {gamma!r})")
+    stream_length = len(languages) * prompts_per_language
+    if not (isinstance(cost_repeats, int) and 1 <= cost_repeats <= stream_length):
+        raise ValueError(f"cost_repeats: must be an integer from 1 to the {stream_length} "
+                         f"requests of the stream (got {cost_repeats!r})")
     t0 = time.perf_counter()
     engine = load_engine()
     engine.build(log=log)
@@ -560,7 +568,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                              f"{len(held[lang]['prompts'])} prompts in {lang!r}, fewer than "
                              f"{prompts_per_language}")
     prompts = {lang: held[lang]["prompts"][:prompts_per_language] for lang in languages}
-    stream_prompts = [p for _, p in interleave_languages(prompts)]
+    stream = interleave_languages(prompts)
     text = held["en"]["text"]
     ascii_text = "".join(ch for ch in text if ch.isascii() and ch.isprintable())
     prefix, continuation = ascii_text[:48], ascii_text[48:48 + gamma + 1]
@@ -580,11 +588,17 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
 
             def window(r, part, name=name, cost_eps=cost_eps, pids=pids, eps=eps):
                 k = r * cost_repeats + part
-                got = pass_times(cost_eps, prefix, continuation, tuple(range(1, gamma + 2)),
+                got = pass_times(cost_eps, prefix, continuation,
+                                 {"target": tuple(range(1, gamma + 2)), "draft": (1,)},
                                  1, pids=pids, offset=k)
+                # the time to first token of a stream prompt half a stream away from the
+                # request that follows the window (not the same prompt: that request
+                # would find it in the slot's cache), with a seed no stream request has
+                n = len(stream)
+                lang, prompt = stream[(round(part * n / cost_repeats) + n // 2) % n]
+                ttft = first_token_times(eps, prompt, temperature, seed + n + k, k)
                 out = {"passes": [dict(x, target=name, window=r) for x in got],
-                       "ttft": first_token_times(eps, stream_prompts[k % len(stream_prompts)],
-                                                 temperature, seed + k, k)}
+                       "ttft": [dict(x, language=lang) for x in ttft]}
                 if part == 0:                       # one bandwidth baseline per repeat
                     out["bandwidth"] = memory_bandwidth(megabytes=bandwidth_megabytes,
                                                         repeats=3)
@@ -603,21 +617,26 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
         passes += got
         spec_streams = {s["repeat"]: s for s in out["streams"] if s["setting"] == "speculative"}
 
-        def model(acceptance, cost, ttft):
-            """The cost model per request (CPU-time passes) and per decoding step, and
-            per request with the wall-time passes."""
-            first = {k: float(np.median([x["ms"] for x in ttft if x["setting"] == k]))
+        def model(acceptance, cost, ttft, group="mixed"):
+            """The cost model per request (c and g from the window's clock) and per
+            decoding step, and per request with the wall-time passes; the times to first
+            token of ``group``'s prompts (all of them for the mixed stream, or when the
+            windows timed none of the group's)."""
+            mine = [x for x in ttft if x["language"] == group]
+            if group == "mixed" or {x["setting"] for x in mine} != {"baseline", "speculative"}:
+                mine = ttft
+            first = {k: float(np.median([x["ms"] for x in mine if x["setting"] == k]))
                      for k in ("baseline", "speculative")}
-            per_request = dict(ttft_ms=first["baseline"], spec_ttft_ms=first["speculative"],
-                               tokens=max_tokens)
+            # absolute times on one clock, the wall clock the requests are timed on (the
+            # step and the times to first token); c and g are ratios on the window's clock
+            per_request = dict(step_ms=cost["target_wall_ms"], ttft_ms=first["baseline"],
+                               spec_ttft_ms=first["speculative"], tokens=max_tokens)
             return {"predicted_speedup": predicted_speedup(
-                        acceptance, cost["c"], cost["g"], gamma, step_ms=cost["target_ms"],
-                        **per_request),
+                        acceptance, cost["c"], cost["g"], gamma, **per_request),
                     "predicted_decode": predicted_speedup(acceptance, cost["c"], cost["g"],
                                                           gamma),
                     "predicted_speedup_wall": predicted_speedup(
-                        acceptance, cost["c_wall"], cost["g_wall"], gamma,
-                        step_ms=cost["target_wall_ms"], **per_request),
+                        acceptance, cost["c_wall"], cost["g_wall"], gamma, **per_request),
                     "ttft_ms": first["baseline"], "spec_ttft_ms": first["speculative"]}
 
         for r, w in enumerate(by_repeat):
@@ -630,8 +649,8 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                             "error": m["predicted_speedup"] / s["speedup"] - 1.0,
                             "error_wall": m["predicted_speedup_wall"] / s["speedup"] - 1.0,
                             "error_decode": m["predicted_decode"] / s["speedup"] - 1.0,
-                            "achieved_gbs": models[name]["weight_bytes"] / cost_r["target_ms"]
-                            / 1e6})
+                            "achieved_gbs": models[name]["weight_bytes"]
+                            / cost_r["target_wall_ms"] / 1e6})
         pooled = window_costs(got, gamma)
         all_ttft = [x for w in by_repeat for x in w["ttft"]]
         mine = [w for w in windows if w["target"] == name]
@@ -640,17 +659,18 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
         for group, res in out["speedup"]["speculative"].items():
             which = [x for x in base_rows if group == "mixed" or x["language"] == group]
             base_tp = sum(x["tokens"] for x in which) / sum(x["seconds"] for x in which)
-            m = model(res["acceptance"], pooled, all_ttft)
+            m = model(res["acceptance"], pooled, all_ttft, group)
             rows.append({"target": name, "language": group, "gamma": gamma,
                          "temperature": float(temperature), **models[name],
-                         "target_pass_ms": pooled["target_ms"],
-                         "verify_pass_ms": pooled["verify_ms"],
-                         "draft_pass_ms": pooled["draft_ms"],
+                         "target_pass_ms": pooled["target_wall_ms"],
+                         "target_pass_cpu_ms": pooled["target_ms"],
+                         "verify_pass_ms": pooled["verify_wall_ms"],
+                         "draft_pass_ms": pooled["draft_wall_ms"],
                          "disturbance": pooled["disturbance"], "waiting": pooled["waiting"],
                          "clock": pooled["clock"], "c": pooled["c"],
                          "g": pooled["g"], "g_by_gamma": pooled["g_by_gamma"],
                          "c_wall": pooled["c_wall"], "g_wall": pooled["g_wall"],
-                         "target_pass_wall_ms": pooled["target_wall_ms"], **m,
+                         **m,
                          "error_wall": m["predicted_speedup_wall"] / res["speedup"] - 1.0,
                          "error_decode": m["predicted_decode"] / res["speedup"] - 1.0,
                          "acceptance": res["acceptance"], "E": 1.0 + gamma * res["acceptance"],
@@ -660,7 +680,8 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                          "error": m["predicted_speedup"] / res["speedup"] - 1.0,
                          "baseline_throughput": base_tp,
                          "distinct_4gram_share": out["distinct_4gram_share"][group],
-                         "achieved_gbs": models[name]["weight_bytes"] / pooled["target_ms"] / 1e6,
+                         "achieved_gbs": models[name]["weight_bytes"] / pooled["target_wall_ms"]
+                         / 1e6,
                          "read_gbs": read_gbs})
         paired_out[name] = {k: v for k, v in out.items() if k != "windows"}
     conc_rows = []
