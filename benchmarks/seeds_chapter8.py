@@ -95,12 +95,28 @@ def scale_run(seed: int) -> dict:
             "acceptance": head["acceptance"], "c": head["c"], "g": head["g"]}
 
 
-def one_run(seed: int, trials: int) -> dict:
+def one_run(seed: int, trials: int, keep: Path) -> dict:
+    """One execution at ``seed``; the executed notebook is kept in ``keep`` (a failed one
+    too, with its traceback in the failing cell's output)."""
     t0 = time.time()
+    out = keep / f"08-measurement-seed{seed}.ipynb"
     nb, seconds, before, after = execute_notebook(REPO / "notebooks" / "08-measurement.md",
-                                                  seed=seed, trials=trials)
+                                                  seed=seed, trials=trials, out=out)
     return {"seed": seed, "seconds": seconds, "load_before": before, "load_after": after,
-            "started": t0, **glued_values(nb)}
+            "started": t0, "notebook": str(out), **glued_values(nb)}
+
+
+def guarded(run, seed: int, *args) -> dict:
+    """``run(seed, *args)``, or, when it raises, the failure: its seed, how long it ran and
+    the error's last line (papermill's names the failing cell). A failed run counts as not
+    within the tolerance; the other runs go on."""
+    started = time.time()
+    try:
+        return run(seed, *args)
+    except Exception as err:                 # noqa: BLE001 - reported, counted as a miss
+        text = str(err).strip().splitlines()
+        return {"seed": seed, "started": started, "seconds": time.time() - started,
+                "failed": f"{type(err).__name__}: " + (text[-1] if text else "")}
 
 
 def main(argv=None) -> int:
@@ -149,22 +165,31 @@ def main(argv=None) -> int:
         runs.append(run)
         with partial.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(run) + "\n")
+        if "failed" in run:
+            print(f"seed {run['seed']}: FAILED after {run['seconds']:.0f} s: {run['failed']}",
+                  flush=True)
+            return
         print(f"seed {run['seed']}: measured {run['ch8_big_headline']:.2f}x, model "
               f"{run['ch8_big_predicted']:.2f}x, error {run['ch8_big_error']:+.1%} "
               f"({run['seconds']:.0f} s)", flush=True)
 
-    try:
+    keep = args.json.parent / "seeds_chapter8"
+    keep.mkdir(parents=True, exist_ok=True)
+    try:                                     # a failed run is recorded, the others go on
         if args.scale_only:                  # separate processes: separate clients and GILs
             with ProcessPoolExecutor(max_workers=args.parallel) as pool:
-                for fut in as_completed([pool.submit(scale_run, s) for s in seeds]):
+                for fut in as_completed([pool.submit(guarded, scale_run, s) for s in seeds]):
                     done(fut.result())
         else:                                # each execution has a kernel of its own
             with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-                for fut in as_completed([pool.submit(one_run, s, args.trials) for s in seeds]):
+                for fut in as_completed([pool.submit(guarded, one_run, s, args.trials, keep)
+                                         for s in seeds]):
                     done(fut.result())
     finally:
         stop.set()
     runs.sort(key=lambda r: r["seed"])
+    failed = [r for r in runs if "failed" in r]
+    runs = [r for r in runs if "failed" not in r]
     print("| seed | headline measured | cost model | error | error, wall clock | "
           "per-repeat errors | s | load min, median, max |")
     print("|--:|--:|--:|--:|--:|:--|--:|:--|")
@@ -180,12 +205,15 @@ def main(argv=None) -> int:
         print(f"| {r['seed']} | {r['ch8_big_headline']:.2f}× | {r['ch8_big_predicted']:.2f}× | "
               f"{err:+.1%} | {'-' if wall is None else f'{wall:+.1%}'} | {reps} | "
               f"{r['seconds']:.0f} | {loads} |")
-    print(f"cost model within {args.tolerance:.0%} of the headline in {within} of {len(runs)} "
-          f"runs ({os.cpu_count()} cores, {args.parallel} executions at a time)")
+    for r in failed:
+        print(f"| {r['seed']} | failed: {r['failed']} | | | | | {r['seconds']:.0f} | |")
+    print(f"cost model within {args.tolerance:.0%} of the headline in {within} of "
+          f"{len(runs) + len(failed)} runs ({len(failed)} failed; {os.cpu_count()} cores, "
+          f"{args.parallel} executions at a time)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(runs, indent=1), encoding="utf-8")
-    print(f"results: {args.json}")
-    return 0 if within == len(runs) else 1
+    args.json.write_text(json.dumps(runs + failed, indent=1), encoding="utf-8")
+    print(f"results: {args.json}; executed notebooks in {keep}")
+    return 0 if within == len(runs) and not failed else 1
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import time
 import tracemalloc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from .nn import Transformer
 
 __all__ = [
     "Clock",
+    "idle_cores",
     "TickClock",
     "percentile",
     "percentiles",
@@ -433,6 +435,56 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def _cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(idle, total) jiffies of all CPUs since boot (Linux), None where not reported."""
+    try:
+        with open(path) as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)       # idle + iowait
+    return idle, sum(ticks[:8])                 # guest time is already in user time
+
+
+def idle_cores(seconds: float = 1.0, *, sleep=time.sleep, path: str = "/proc/stat") -> float:
+    """How many of this process's usable cores were idle over the next ``seconds``: the
+    idle share of all CPUs' time (Linux ``/proc/stat``) times :func:`usable_cores`.
+
+    What a job about to start can use without waiting for processors that other work
+    holds (the one-minute load average lags by a minute and counts this process's own
+    past work). Where the system does not report CPU times, every usable core counts as
+    idle.
+
+    Parameters
+    ----------
+    seconds : float
+        Length of the sample, positive (seconds).
+
+    Returns
+    -------
+    float
+        In [0, usable_cores()].
+
+    Raises
+    ------
+    ValueError
+        ``seconds`` not positive.
+    """
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds: must be a positive number (got {seconds!r})")
+    before = _cpu_ticks(path)
+    sleep(seconds)
+    after = _cpu_ticks(path)
+    cores = usable_cores()
+    if before is None or after is None or after[1] <= before[1]:
+        return float(cores)
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    return float(min(max(share, 0.0), 1.0) * cores)
 
 
 def environment() -> dict:

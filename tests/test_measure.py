@@ -257,3 +257,19 @@ def test_decoders_accept_one_token_prompts(pair):
     assert [len(t) for t in out.tokens] == [7, 7]
     out = dec.autoregressive(target, [[5]], 3, np.random.default_rng(0))
     assert len(out.tokens[0]) == 3
+
+
+def test_idle_cores_from_cpu_ticks(tmp_path):
+    from specdec.measure import idle_cores, usable_cores
+
+    stat = tmp_path / "stat"
+    lines = iter(["cpu  100 0 100 800 0 0 0 0 0 0\n",       # before
+                  "cpu  150 0 150 900 0 0 0 0 0 0\n"])      # 100 busy, 100 idle jiffies
+    stat.write_text(next(lines))
+    got = idle_cores(0.5, sleep=lambda s: stat.write_text(next(lines)), path=str(stat))
+    assert got == pytest.approx(0.5 * usable_cores())
+    # no report: every usable core counts as idle
+    assert idle_cores(0.01, sleep=lambda s: None, path=str(tmp_path / "none")) == usable_cores()
+    with pytest.raises(ValueError, match="seconds: must be a positive number"):
+        idle_cores(0)
+    assert 0 <= idle_cores(0.05) <= usable_cores()               # this machine, now

@@ -43,7 +43,7 @@ from .. import client as cl
 from .. import decode as dec
 from .. import nn
 from ..client import exactness as ex
-from ..measure import rotation, usable_cores
+from ..measure import idle_cores, rotation
 from .instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, interleave_languages,
                           last_level_cache,
                           memory_bandwidth, pass_times, predicted_speedup, run_context,
@@ -102,6 +102,12 @@ def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequen
             "rejection": float(rejection.mean()), "positions": int(match.size)}
 
 
+#: Seconds a per-token check's request may wait for its answer: with every slot busy a
+#: request waits for the others' tokens too, and a machine that gets busy mid-check
+#: slows the servers several times over; the check should then take longer, not fail.
+REQUEST_TIMEOUT = 900.0
+
+
 def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                        prompts: Sequence[str], resolution: float = 0.02, max_tokens: int,
                        seed: int, slots: int = 4, threads: int = 1,
@@ -113,14 +119,17 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     """Per-token exactness of one target served with and without the draft, and its
     positive controls, every emitted token tested (:mod:`specdec.pertoken`).
 
-    Three llama-servers run, ``threads`` threads each: the target plain, the target with
+    Three llama-servers run, at most ``threads`` threads each: the target plain, the target with
     the draft (draft length ``gamma``), and the target with the draft and llama.cpp's
     synthetic acceptance (``--spec-synth-len gamma + 1``, a benchmarking option that
     accepts drafted tokens at a fixed rate whatever the target says). They have the cache
     type and attention of the timed servers (``exact_cache``) and ``slots`` slots instead
-    of one, so that the passes are batched; requests go to as many servers at a time as
-    the processor's cores hold ``threads`` threads (one at a time with two threads on two
-    cores), so no server waits for a core.
+    of one, so that the passes are batched. The cores idle when the check starts
+    (:func:`specdec.measure.idle_cores`, one second) set the threads per server (at most
+    ``threads``: a llama.cpp server whose threads wait for processors other work holds
+    stalls at every synchronisation, about half as fast with two threads on a busy
+    2-core machine as with one) and how many servers take requests at a time, so that
+    no server waits for a core.
 
     1. The per-token disagreement between the plain server's sampling laws and numpy's
        (:func:`specdec.client.tokencheck.engine_disagreement`): every check's tolerance.
@@ -165,7 +174,8 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     slots : int
         Server slots, >= 1.
     threads : int
-        Threads of each server (``-t`` and ``-tb``), >= 1.
+        Most threads of each server (``-t`` and ``-tb``), >= 1; the number used is in the
+        result.
     exact_cache : bool
         Float32 KV cache and no flash attention (``tools/engine.py serve``); False keeps
         llama.cpp's defaults, as the timed servers do.
@@ -249,6 +259,9 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     settings = dec.SamplingSettings(temperature=1.0)
     p_model, q_model = nn.load_model(target), nn.load_model(draft)
     synth_flag = ("--spec-synth-len", str(gamma + 1))
+    free = max(1, round(idle_cores()))
+    threads = min(threads, free)                  # what the idle cores hold
+    busy = max(1, free // threads)                # servers taking requests at a time
     common = dict(parallel=slots, threads=threads, exact_cache=exact_cache, log=log)
     with engine.serve(target, **common) as base, \
             engine.serve(target, draft, gamma, **common) as spec, \
@@ -276,14 +289,14 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
         def fetch(name):
             server, n, offset, fields = jobs[name]
             t = time.perf_counter()
-            got = tc.native_responses(cl.Endpoint(server.url), prompts, n,
+            # a long timeout: a machine that gets busy mid-check slows it, never fails it
+            got = tc.native_responses(cl.Endpoint(server.url, timeout=REQUEST_TIMEOUT),
+                                      prompts, n,
                                       max_tokens=max_tokens, temperature=1.0,
                                       seed=seed + offset, concurrency=slots,
                                       extra=fields or {})
             return got, time.perf_counter() - t
 
-        # as many servers busy at once as the cores hold their threads
-        busy = max(1, usable_cores() // threads)
         with ThreadPoolExecutor(max_workers=busy) as pool:
             fetched = dict(zip(jobs, pool.map(fetch, jobs)))
         t_laws = time.perf_counter()
@@ -320,7 +333,7 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
             "disagreement": measured, "synthetic_flag": " ".join(synth_flag),
             "control_top_k": control_top_k, "server_args": server_args, "target": target,
             "draft": draft, "gamma": gamma, "slots": slots, "threads": threads,
-            "servers_at_once": busy, "exact_cache": exact_cache,
+            "servers_at_once": busy, "idle_cores": free, "exact_cache": exact_cache,
             "resolution": float(resolution), "requests": requests, "max_tokens": max_tokens,
             "same_text": {"requests": requests, "identical": int(same)},
             "greedy_match": {"positions": int(match.size), "draft": float(match.mean()),
