@@ -264,7 +264,12 @@ def test_pass_times_refuses_bad_arguments_by_name():
                             (dict(positions=[0, 2]), "positions: must be an integer >= 1"),
                             (dict(positions=[1.5]), "positions: must be an integer >= 1"),
                             (dict(repeats=0), "repeats: must be an integer >= 1"),
-                            (dict(repeats=1.5), "repeats: must be an integer >= 1")):
+                            (dict(repeats=1.5), "repeats: must be an integer >= 1"),
+                            (dict(), "endpoints: must name at least one server"),
+                            (dict(endpoints={"target": None}, positions=[6]),
+                             "continuation: needs at least 6 characters"),
+                            (dict(endpoints={"target": None}, positions={"draft": [1]}),
+                             r"positions: per server, must name exactly the endpoints")):
         args = dict(endpoints={}, prefix="abc", continuation="defgh", positions=[1, 2],
                     repeats=1) | kwargs
         with pytest.raises(ValueError, match=message):

@@ -135,15 +135,18 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
                              f"{sorted(endpoints)} (got {sorted(positions)})")
         per_server = {name: list(ks) for name, ks in positions.items()}
     else:
-        per_server = {name: list(positions) for name in endpoints}
+        shared = list(positions)
+        per_server = {name: shared for name in endpoints} or {"every server": shared}
     for name, ks in per_server.items():
-        per_server[name] = [check_int(k, "positions") for k in ks]
         if not ks:
             raise ValueError(f"positions: must hold at least one number of positions "
                              f"(none for {name!r})")
+        per_server[name] = [check_int(k, "positions") for k in ks]
     longest = max(max(ks) for ks in per_server.values())
     repeats = check_int(repeats, "repeats")
     offset = check_int(offset, "offset", minimum=0)
+    if not endpoints:
+        raise ValueError("endpoints: must name at least one server")
     if longest > len(continuation):
         raise ValueError(f"continuation: needs at least {longest} characters")
     pids = dict(pids or {})
