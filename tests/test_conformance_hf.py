@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,17 +41,33 @@ def _release(text: str) -> tuple[int, int]:
     return tuple(int(x) for x in text.split(".")[:2])
 
 
-@pytest.fixture(scope="module", params=hf_envs.RELEASES)
-def summary(request):
-    python = hf_envs.python_of(request.param)
-    if hf_envs._version(python) != request.param:
-        pytest.skip(f"no environment for transformers {request.param}: run "
-                    f"`python tools/hf_envs.py {request.param}` (.ci/run does)")
+def _run_release(release: str):
+    """The rows and controls at one release (its JSON summary), or why it cannot run."""
+    python = hf_envs.python_of(release)
+    if hf_envs._version(python) != release:
+        return f"no environment for transformers {release}: run " \
+               f"`python tools/hf_envs.py {release}` (.ci/run does)"
     proc = subprocess.run([str(python), "-m", "specdec.conformance.hf", "--seed", "2026",
                            "--batteries", ",".join(ROWS + CONTROLS),
                            "--trials", ",".join(f"{k}={v}" for k, v in TRIALS.items()),
                            "--false-alarm", "1e-6"], capture_output=True, text=True,
                           env=hf_envs.environ(), cwd=ROOT, timeout=900)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def every_release():
+    """Every release's run, two processes at a time (one per core of CI's machine: each
+    is one Python process, mostly importing torch and calling small functions)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(hf_envs.RELEASES, pool.map(_run_release, hf_envs.RELEASES)))
+
+
+@pytest.fixture(scope="module", params=hf_envs.RELEASES)
+def summary(request, every_release):
+    proc = every_release[request.param]
+    if isinstance(proc, str):
+        pytest.skip(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
