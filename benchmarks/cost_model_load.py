@@ -18,7 +18,8 @@ alone; one slot, one thread each) take, under each condition in turn:
 The conditions: ``idle``; ``cpu``, two busy loops (one per core of a 2-core machine); and
 ``memory``, one process copying a 128 MB array over and over beside one busy loop. Each
 neighbour is a subprocess started before the condition's requests and stopped by its PID
-after them. The script prints one line per condition: measured decoding speedup, the two
+after them (and killed with this process however it ends, on Linux). The script prints
+the neighbours' PIDs, then one line per condition: measured decoding speedup, the two
 models and their relative errors, ``g`` and ``c`` on each clock, and the share of the
 passes' wall time spent waiting for a processor. It measures; it asserts nothing.
 
@@ -29,6 +30,8 @@ Run with ``.venv/bin/python benchmarks/cost_model_load.py [--target NAME] [--gam
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -56,7 +59,10 @@ CONTINUATION = " later the town grew into a market for the region around it."
 
 
 def positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1 (got {text!r})")
     return value
@@ -81,7 +87,21 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--windows", type=positive_int, default=12)
     p.add_argument("--conditions", type=conditions, default=list(NEIGHBOURS))
     p.add_argument("--seed", type=int, default=2026)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.gamma + 1 > len(CONTINUATION):
+        p.error(f"--gamma: must be at most {len(CONTINUATION) - 1} (a verification pass of "
+                f"gamma + 1 new positions is timed on a {len(CONTINUATION)}-byte text)")
+    fewest = min(len(v["prompts"]) for v in nn.load_heldout().values())
+    if args.prompts > fewest:
+        p.error(f"--prompts: must be at most {fewest}, the held-out prompts of the smallest "
+                f"language (got {args.prompts})")
+    return args
+
+
+def neighbour(engine, source: str) -> subprocess.Popen:
+    """A neighbour process running ``source``, killed by the kernel if this one dies
+    (tools/engine.py's tie_to_parent, Linux) and otherwise stopped by PID in main."""
+    return subprocess.Popen(engine.tie_to_parent([sys.executable, "-c", source]))
 
 
 def measure(servers, prompts, args) -> dict:
@@ -121,22 +141,31 @@ def main(argv=None) -> int:
         {lang: held[lang]["prompts"][:args.prompts] for lang in nn.LANGUAGES})]
     quiet = lambda *a: None  # noqa: E731
     print(f"{args.target} with the draft at gamma = {args.gamma}: {len(prompts)} prompts x "
-          f"{args.tokens} tokens per condition, {args.windows} cost windows")
+          f"{args.tokens} tokens per condition, {args.windows} cost "
+          f"window{'s' if args.windows > 1 else ''}")
+    # SIGTERM ends the run like Ctrl-C: the blocks below stop neighbours and servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     with engine.serve(args.target, log=quiet) as base, \
             engine.serve(args.target, "draft", args.gamma, log=quiet) as spec, \
             engine.serve("draft", log=quiet) as alone:
         for condition in args.conditions:
-            neighbours = [subprocess.Popen([sys.executable, "-c", src])
-                          for src in NEIGHBOURS[condition]]
+            neighbours = []
             try:
-                time.sleep(1.0 if neighbours else 0.0)
-                load = open("/proc/loadavg").read().split()[0]
+                neighbours += [neighbour(engine, src) for src in NEIGHBOURS[condition]]
+                if neighbours:
+                    print(f"{condition}: neighbour PIDs "
+                          + ", ".join(str(n.pid) for n in neighbours), flush=True)
+                    time.sleep(1.0)
+                started = time.monotonic()
                 r = measure((base, spec, alone), prompts, args)
+                load = os.getloadavg()[0]       # the last minute's, mostly this condition's
             finally:
                 for proc in neighbours:         # stopped by PID, whatever happened
                     proc.kill()
                     proc.wait()
-            print(f"{condition:>6} (load {load}): measured {r['measured']:.3f}x "
+            seconds = time.monotonic() - started
+            print(f"{condition:>6} ({len(neighbours)} neighbours, {seconds:.0f} s, load "
+                  f"{load:.2f} at the end): measured {r['measured']:.3f}x "
                   f"(plain {r['baseline']:.2f} ms/token, speculative "
                   f"{r['speculative']:.2f}, acceptance {r['acceptance']:.3f}); model from "
                   f"CPU time {r['model']:.3f}x ({r['model'] / r['measured'] - 1:+.1%}, "

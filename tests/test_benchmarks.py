@@ -5,9 +5,12 @@ on the small target prints one line per condition with both models' errors."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,9 @@ def _module():
     (["--windows", "0"], "must be an integer >= 1"),
     (["--gamma", "-1"], "must be an integer >= 1"),
     (["--target", "draft"], "invalid choice: 'draft'"),
+    (["--windows", "1.5"], "must be an integer >= 1 (got '1.5')"),
+    (["--gamma", "60"], "--gamma: must be at most 59"),
+    (["--prompts", "1000"], "--prompts: must be at most"),
 ])
 def test_bad_arguments_are_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -43,20 +49,55 @@ def test_defaults_are_the_memory_bound_run():
     assert args.conditions == ["idle", "cpu", "memory"]
 
 
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+SMALL = ["--target", "target", "--gamma", "2", "--prompts", "1", "--tokens", "16",
+         "--windows", "2"]
+
+
 @pytest.mark.slow
 def test_a_small_real_run_prints_both_models_per_condition():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--target", "target", "--gamma", "2",
-                           "--prompts", "1", "--tokens", "16", "--windows", "2",
-                           "--conditions", "idle,cpu"], capture_output=True, text=True,
-                          cwd=REPO, timeout=600)
+    proc = subprocess.run([sys.executable, str(SCRIPT), *SMALL, "--conditions", "idle,cpu"],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [l for l in proc.stdout.splitlines() if "measured" in l]
     assert [l.split()[0] for l in lines] == ["idle", "cpu"]
+    assert "(0 neighbours," in lines[0] and "(2 neighbours," in lines[1]
     for line in lines:
         measured = float(re.search(r"measured ([\d.]+)x", line).group(1))
-        model = float(re.search(r"model from CPU time ([\d.]+)x \(([-+][\d.]+)%", line).group(1))
+        model = float(re.search(r"model from CPU time ([\d.]+)x", line).group(1))
         error = float(re.search(r"model from CPU time [\d.]+x \(([-+][\d.]+)%", line).group(1))
         assert measured > 0 and model > 0
         assert abs(error - 100 * (model / measured - 1)) < 0.5   # printed values rounded
-    leftover = subprocess.run(["pgrep", "-f", "while True: pass"], capture_output=True)
-    assert leftover.returncode == 1, leftover.stdout      # the neighbours were stopped
+    pids = [int(p) for p in re.search(r"cpu: neighbour PIDs ([\d, ]+)", proc.stdout)
+            .group(1).split(", ")]
+    assert len(pids) == 2 and all(_gone(p) for p in pids)    # stopped by PID
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_leaves_no_neighbour_and_no_server():
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), *SMALL, "--prompts", "10",
+                             "--tokens", "64", "--conditions", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        line = ""
+        deadline = time.monotonic() + 300
+        while "neighbour PIDs" not in line and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, proc.stderr.read()
+        pids = [int(p) for p in line.split("PIDs ")[1].split(", ")]
+        servers = subprocess.run(["pgrep", "-P", str(proc.pid), "llama-server"],
+                                 capture_output=True, text=True).stdout.split()
+        assert len(servers) == 3, servers
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+    time.sleep(0.5)
+    assert all(_gone(p) for p in pids + [int(s) for s in servers])

@@ -271,7 +271,7 @@ def test_pass_disturbance_says_when_a_run_was_disturbed():
 
 def test_cost_clock_says_which_clock_and_why():
     quiet = t.cost_clock(0.70, 0.71, 0.70, -0.004)
-    assert "predicted 0.71× (+1%, against +0% from CPU time)" in quiet
+    assert "predicted 0.71× (+1%, against 0% from CPU time)" in quiet
     assert "during 0% of the passes' wall time, a quiet machine, on which the two clocks agree" in quiet
     apart = t.cost_clock(0.70, 0.76, 0.70, 0.01)
     assert "clocks differ by what the CPU time adds" in apart and "agree" not in apart
@@ -332,13 +332,26 @@ def test_bandwidth_share_three_ways():
     assert "far from the memory bound" in s and "8%" in s
 
 
+def test_goodput_limits_name_the_ties():
+    f = [1, 1.5, 2, 3]
+    s = t.goodput_limits(f, [0, 0, 1, 2], [0, 0, 2, 3])
+    assert s == ("the draft raises goodput under the limits of factors 2, 3; the two tie "
+                 "under the limits of factors 1, 1.5")
+    assert "every limit" not in s
+    s = t.goodput_limits([1, 2, 3], [1, 2, 0], [2, 1, 0])
+    assert s.startswith("the draft raises goodput under the limit of factor 1 and lowers it "
+                        "under 2; the two tie under the limit of factor 3:")
+    assert t.goodput_limits([1, 2, 3], [1, 2, 0], [0, 0, 0]).endswith(
+        "the two tie under the limit of factor 3")
+
+
 def test_goodput_limits_four_ways():
     f = [1.0, 2.0]
     assert "same goodput" in t.goodput_limits(f, [1, 2], [1, 2])
     assert "raises goodput under every limit" in t.goodput_limits(f, [1, 2], [2, 3])
     assert "lowers goodput under every limit" in t.goodput_limits(f, [2, 3], [1, 2])
     s = t.goodput_limits(f, [2, 2], [1, 3])
-    assert "factors 2 and lowers it under 1" in s
+    assert "the limit of factor 2 and lowers it under 1" in s
 
 
 def test_best_language_ranks_only_beyond_the_intervals():

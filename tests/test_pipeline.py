@@ -538,7 +538,11 @@ def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
 
     assert statuses(first)["08-measurement"] == "executed"
     quick = json.loads((root / "book" / "chapters" / "08-measurement.ipynb").read_text())
-    assert "collected 10% of the book's evidence" in json.dumps(quick["cells"])
+    assert "per-token checks test 10% of the book's tokens and resolve a TV of 0.063" in \
+        json.dumps(quick["cells"])
+    kit = json.loads((root / "book" / "chapters" / "a3-kit-on-real-implementations.ipynb")
+                     .read_text())
+    assert "passing rows on 10% of the book's trials" in json.dumps(kit["cells"])
     second = run_build(root, "--trials", str(WHOLE_BOOK_TRIALS))  # executes nothing
     assert second.returncode == 0
     assert set(statuses(second).values()) == {"cached", "unchanged"}

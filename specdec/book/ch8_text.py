@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .prose import pvalue_text, sci
+from .prose import pvalue_text, sci, signed_percent
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "g_beyond_batch",
@@ -641,7 +641,8 @@ def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
                 "processor another process holds")
     e_cpu, e_wall = predicted_cpu / measured - 1.0, predicted_wall / measured - 1.0
     fed = (f"fed the wall-time medians of the same passes instead, the model would have "
-           f"predicted {predicted_wall:.2f}× ({e_wall:+.0%}, against {e_cpu:+.0%} from CPU "
+           f"predicted {predicted_wall:.2f}× ({signed_percent(e_wall)}, against "
+           f"{signed_percent(e_cpu)} from CPU "
            f"time)")
     if waiting < quiet:
         same = abs(e_cpu - e_wall) <= agree
@@ -714,7 +715,7 @@ def model_errors(errors, tolerance: float) -> str:
     errs = [float(e) for e in errors]
     within = sum(round(abs(e), 2) <= tolerance for e in errs)
     text = ("per repeat the cost model erred by "
-            + ", ".join(f"{e:+.0%}" for e in errs))
+            + ", ".join(signed_percent(e) for e in errs))
     if within == len(errs):
         return text + f", within {tolerance:.0%} every time"
     if within == 0:
@@ -736,18 +737,29 @@ def bandwidth_share(achieved: float, measured: float) -> str:
 
 def goodput_limits(factors, base, spec) -> str:
     """The draft's effect on goodput as the limits vary (one value per limit factor, each
-    summed over the sweep's rates)."""
+    summed over the sweep's rates); limits under which the two servers tie are named."""
     wins = [f for f, b, x in zip(factors, base, spec) if x > b]
     losses = [f for f, b, x in zip(factors, base, spec) if x < b]
+    ties = [f for f, b, x in zip(factors, base, spec) if x == b]
     fmt = lambda fs: ", ".join(f"{f:g}" for f in fs)
+    tied = (f"; the two tie under {'the limit' if len(ties) == 1 else 'the limits'} of "
+            f"factor{'s' if len(ties) > 1 else ''} {fmt(ties)}") if ties else ""
     if not wins and not losses:
         return "the two servers reach the same goodput under every limit"
     if not losses:
-        return f"the draft raises goodput under every limit (factors {fmt(wins)})"
+        return ("the draft raises goodput under every limit" if not ties else
+                f"the draft raises goodput under the limits of factors {fmt(wins)}"
+                if len(wins) > 1 else
+                f"the draft raises goodput under the limit of factor {fmt(wins)}") + (
+                f" (factors {fmt(wins)})" if not ties else tied)
     if not wins:
-        return f"the draft lowers goodput under every limit (factors {fmt(losses)})"
-    return (f"the draft raises goodput under the limits of factors {fmt(wins)} and lowers "
-            f"it under {fmt(losses)}: which server serves more requests in time depends on "
+        return ("the draft lowers goodput under every limit" if not ties else
+                f"the draft lowers goodput under the limit{'s' if len(losses) > 1 else ''} "
+                f"of factor{'s' if len(losses) > 1 else ''} {fmt(losses)}") + (
+                f" (factors {fmt(losses)})" if not ties else tied)
+    return (f"the draft raises goodput under the limit{'s' if len(wins) > 1 else ''} of "
+            f"factor{'s' if len(wins) > 1 else ''} {fmt(wins)} and lowers it under "
+            f"{fmt(losses)}{tied}: which server serves more requests in time depends on "
             f"where the limit is set")
 
 

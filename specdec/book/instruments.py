@@ -129,15 +129,22 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
         raise TypeError("prefix, continuation: must be strings")
     if not (prefix.isascii() and continuation.isascii()):
         raise ValueError("prefix, continuation: must be ASCII (one byte, one token)")
+    if not isinstance(endpoints, dict):
+        raise TypeError(f"endpoints: must be a dict of names to Endpoint (got "
+                        f"{type(endpoints).__name__})")
+    if not endpoints:
+        raise ValueError("endpoints: must name at least one server")
     if isinstance(positions, dict):
         if set(positions) != set(endpoints):
             raise ValueError(f"positions: per server, must name exactly the endpoints "
                              f"{sorted(endpoints)} (got {sorted(positions)})")
-        per_server = {name: list(ks) for name, ks in positions.items()}
+        per_server = {name: positions[name] for name in endpoints}
     else:
-        shared = list(positions)
-        per_server = {name: shared for name in endpoints} or {"every server": shared}
+        per_server = {name: positions for name in endpoints}
     for name, ks in per_server.items():
+        if isinstance(ks, (str, bytes)) or not isinstance(ks, (list, tuple, range)):
+            raise TypeError(f"positions: must be a sequence of integers, or a dict of them "
+                            f"per server (got {ks!r} for {name!r})")
         if not ks:
             raise ValueError(f"positions: must hold at least one number of positions "
                              f"(none for {name!r})")
@@ -145,8 +152,6 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     longest = max(max(ks) for ks in per_server.values())
     repeats = check_int(repeats, "repeats")
     offset = check_int(offset, "offset", minimum=0)
-    if not endpoints:
-        raise ValueError("endpoints: must name at least one server")
     if longest > len(continuation):
         raise ValueError(f"continuation: needs at least {longest} characters")
     pids = dict(pids or {})

@@ -201,3 +201,14 @@ def spoken_list(items) -> str:
     if not words:
         raise ValueError("items: needs at least one item")
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def signed_percent(x: float) -> str:
+    """A relative change as a signed whole percentage, with no "-0%" or "+0%": a change
+    that rounds to zero reads "0%".
+
+    >>> signed_percent(-0.003), signed_percent(0.126), signed_percent(-0.05)
+    ('0%', '+13%', '-5%')
+    """
+    rounded = round(float(x), 2)
+    return "0%" if rounded == 0 else f"{rounded:+.0%}"
