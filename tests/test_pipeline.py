@@ -16,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -443,6 +444,31 @@ def test_timed_notebooks_execute_with_nothing_else_running(tmp_path):
         return meta["papermill"]["start_time"], meta["papermill"]["end_time"]
 
     assert span("timed")[0] >= max(span("ok")[1], span("other")[1])  # ISO times compare
+
+
+def test_a_build_waits_for_a_timed_execution_elsewhere_on_the_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "machine"))
+    root = make_fixture_book(tmp_path / "book", ["ok"])
+    with build.machine_lock(True, "notebooks/08-measurement.md"):   # another clone's run
+        proc = subprocess.Popen([sys.executable, str(BUILD), "--root", str(root), "--no-html"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                cwd=root)
+        try:
+            line, deadline = "", time.monotonic() + 120
+            while not line.startswith("waiting") and time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                assert line or proc.poll() is None, "the build ended without waiting"
+            assert line.startswith(f"waiting: PID {os.getpid()}, timing "
+                                   f"notebooks/08-measurement.md, executing on this machine")
+            time.sleep(1.0)
+            assert proc.poll() is None                  # still waiting while the lock is held
+        except BaseException:
+            proc.kill()
+            raise
+    out, _ = proc.communicate(timeout=300)              # released: it goes on and succeeds
+    assert proc.returncode == 0, out
+    assert re.search(r"^\s+executed\s+ok \(", out, re.M)
+    assert (tmp_path / "machine" / "execution.lock").read_text() == ""
 
 
 @pytest.mark.slow

@@ -22,6 +22,10 @@ Data flow (one direction, nothing flows back)::
 * What a reader downloads: the executed notebook's ``parameters`` cell holds the values it
   ran with and papermill's injected cell is removed (:func:`bake_parameters`), so an
   edited seed takes effect when the notebook is run again.
+* Several builds on one machine (other clones, ``make chapter`` beside ``make book``)
+  execute in order: a chapter that times code (``execute: alone``) holds the machine's
+  execution lock (:func:`machine_lock`, in the per-machine cache) alone, the other
+  notebooks hold it shared, and a build that has to wait says for which process.
 * A failure publishes nothing: ``book/chapters`` is updated only when every notebook
   succeeded, and the HTML is built in a staging directory and renamed into place only when
   Sphinx finished without a single warning.
@@ -33,6 +37,7 @@ any Python 3 before the virtual environment exists.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -437,6 +442,53 @@ def executes_alone(source: Path) -> bool:
     return mode == "alone"
 
 
+def machine_lock_path() -> Path:
+    """The lock file that orders executions on this machine: in the per-machine cache
+    (``$SPECDEC_CACHE``, default ``~/.cache/specdec-book``), which every clone shares."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec-book")) \
+        / "execution.lock"
+
+
+@contextlib.contextmanager
+def machine_lock(exclusive: bool, what: str):
+    """Hold the machine's execution lock while notebooks execute: shared for notebooks that
+    may share the machine, exclusive for one that times code (``execute: alone``), so a
+    timed chapter never runs beside another build's notebooks, in this clone or another,
+    and two timed executions never overlap (they would time each other). A build that has
+    to wait says which process it waits for. Where ``fcntl`` is missing (not POSIX) there
+    is no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = machine_lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(exist_ok=True)
+    with open(path, "r+", encoding="utf-8") as fh:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(fh, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = fh.read().strip() or "another build's notebooks"
+            print(f"waiting: {holder} executing on this machine ({path})", flush=True)
+            fcntl.flock(fh, mode)
+        fh.seek(0)                      # no exclusive holder now: clear a killed one's name
+        fh.truncate()
+        if exclusive:                   # say who holds it, for a build that has to wait
+            fh.write(f"PID {os.getpid()}, timing {what},")
+        fh.flush()
+        try:
+            yield
+        finally:
+            if exclusive:
+                fh.seek(0)
+                fh.truncate()
+                fh.flush()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: int,
                 force: bool = False, only: str | None = None) -> tuple[list[dict], bool]:
     """Execute what is not cached; return (rows for the timing table, all succeeded).
@@ -492,9 +544,11 @@ def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: i
         for batch, n_workers in ((shared_tasks, workers), *(([t], 1) for t in alone_tasks)):
             if not batch:
                 continue
-            with ProcessPoolExecutor(n_workers, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(kernel_environment(layout), str(log),
-                                               os.getpid())) as pool:
+            timed = batch[0]["alone"]
+            with machine_lock(timed, batch[0]["rel"]), \
+                    ProcessPoolExecutor(n_workers, mp_context=ctx, initializer=_init_worker,
+                                        initargs=(kernel_environment(layout), str(log),
+                                                  os.getpid())) as pool:
                 futures = {pool.submit(execute_notebook, t): t["name"] for t in batch}
                 for future in as_completed(futures):
                     name, result = futures[future], future.result()
