@@ -46,6 +46,7 @@ from specdec import client as cl  # noqa: E402
 from specdec import nn  # noqa: E402
 from specdec.book.instruments import (interleave_languages, pass_times,  # noqa: E402
                                       predicted_speedup, window_costs)
+from specdec.measure import rotation  # noqa: E402
 
 #: What each condition runs beside the servers (Python source for ``python -c``).
 NEIGHBOURS = {
@@ -110,8 +111,7 @@ def measure(servers, prompts, args) -> dict:
     eps = {"baseline": cl.Endpoint(base.url), "speculative": cl.Endpoint(spec.url)}
     timings = {"baseline": [], "speculative": []}
     for k, prompt in enumerate(prompts):
-        order = ("baseline", "speculative") if k % 2 == 0 else ("speculative", "baseline")
-        for name in order:
+        for name in rotation(["baseline", "speculative"], k):   # the chapter's order
             spec_k = cl.RequestSpec(f"r{k}", prompt, args.tokens, cl.plain_sampling(1.0),
                                     args.seed + k)
             timings[name].append(cl.closed_loop(eps[name], [spec_k], 1).records[0].timings)

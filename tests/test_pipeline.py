@@ -568,7 +568,7 @@ def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
         json.dumps(quick["cells"])
     kit = json.loads((root / "book" / "chapters" / "a3-kit-on-real-implementations.ipynb")
                      .read_text())
-    assert "passing rows on 10% of the book's trials" in json.dumps(kit["cells"])
+    assert "passing rows ran on 10% of the book's trials" in json.dumps(kit["cells"])
     second = run_build(root, "--trials", str(WHOLE_BOOK_TRIALS))  # executes nothing
     assert second.returncode == 0
     assert set(statuses(second).values()) == {"cached", "unchanged"}
@@ -677,3 +677,13 @@ def test_an_installed_copy_runs_the_chapter_8_models(tmp_path):
     where, loaded = proc.stdout.splitlines()
     assert Path(where).is_relative_to(site), f"specdec imported from {where}, not the install"
     assert loaded == "['draft', 'target', 'target_large', 'target_wide'] True"
+
+
+def test_the_book_trials_are_the_build_default():
+    from specdec.book import provenance
+
+    assert provenance.BOOK_TRIALS == build.TRIALS_DEFAULT
+    with pytest.raises(ValueError, match=r"trials: must be an integer >= 1 \(got 0\)"):
+        provenance.evidence_share(0)
+    with pytest.raises(ValueError, match="trials: must be an integer >= 1"):
+        provenance.evidence_share(2.5)

@@ -741,26 +741,23 @@ def goodput_limits(factors, base, spec) -> str:
     wins = [f for f, b, x in zip(factors, base, spec) if x > b]
     losses = [f for f, b, x in zip(factors, base, spec) if x < b]
     ties = [f for f, b, x in zip(factors, base, spec) if x == b]
-    fmt = lambda fs: ", ".join(f"{f:g}" for f in fs)
-    tied = (f"; the two tie under {'the limit' if len(ties) == 1 else 'the limits'} of "
-            f"factor{'s' if len(ties) > 1 else ''} {fmt(ties)}") if ties else ""
+
+    def limits(fs):
+        return (f"the limit of factor {fs[0]:g}" if len(fs) == 1 else
+                "the limits of factors " + ", ".join(f"{f:g}" for f in fs))
+
     if not wins and not losses:
         return "the two servers reach the same goodput under every limit"
-    if not losses:
-        return ("the draft raises goodput under every limit" if not ties else
-                f"the draft raises goodput under the limits of factors {fmt(wins)}"
-                if len(wins) > 1 else
-                f"the draft raises goodput under the limit of factor {fmt(wins)}") + (
-                f" (factors {fmt(wins)})" if not ties else tied)
-    if not wins:
-        return ("the draft lowers goodput under every limit" if not ties else
-                f"the draft lowers goodput under the limit{'s' if len(losses) > 1 else ''} "
-                f"of factor{'s' if len(losses) > 1 else ''} {fmt(losses)}") + (
-                f" (factors {fmt(losses)})" if not ties else tied)
-    return (f"the draft raises goodput under the limit{'s' if len(wins) > 1 else ''} of "
-            f"factor{'s' if len(wins) > 1 else ''} {fmt(wins)} and lowers it under "
-            f"{fmt(losses)}{tied}: which server serves more requests in time depends on "
-            f"where the limit is set")
+    tied = f"; the two tie under {limits(ties)}" if ties else ""
+    if not losses or not wins:
+        verb, some = ("raises", wins) if wins else ("lowers", losses)
+        if not ties:
+            return (f"the draft {verb} goodput under every limit "
+                    f"(factors {', '.join(f'{f:g}' for f in some)})")
+        return f"the draft {verb} goodput under {limits(some)}{tied}"
+    return (f"the draft raises goodput under {limits(wins)} and lowers it under "
+            f"{', '.join(f'{f:g}' for f in losses)}{tied}: which server serves more "
+            f"requests in time depends on where the limit is set")
 
 
 def best_language(rows, names) -> str:

@@ -478,3 +478,56 @@ def show_run_parameters(*, seed: int, trials: int | None = None) -> None:
 
     _RUN_STARTED = time.time()
     display(Markdown(run_parameters_markdown(seed=seed, trials=trials)))
+
+
+#: The trials every chapter runs at by default (tools/build.py's ``TRIALS_DEFAULT``).
+BOOK_TRIALS = 200_000
+#: The smallest share of the book's evidence a quick execution collects.
+QUICK_FLOOR = 0.05
+
+
+def evidence_share(trials: int) -> float:
+    """The share of the book's served evidence an execution at ``trials`` collects: 1 at
+    :data:`BOOK_TRIALS` and above, ``trials / BOOK_TRIALS`` below, never under
+    :data:`QUICK_FLOOR` (the chapters that run engines: chapter 8, Appendix C).
+
+    >>> evidence_share(200_000), evidence_share(20_000), evidence_share(1), evidence_share(10**6)
+    (1.0, 0.1, 0.05, 1.0)
+
+    Raises
+    ------
+    ValueError
+        ``trials`` is not an integer >= 1.
+    """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials: must be an integer >= 1 (got {trials!r})")
+    return min(1.0, max(trials / BOOK_TRIALS, QUICK_FLOOR))
+
+
+def quick_note_markdown(trials: int, what: str) -> str | None:
+    """The note a chapter that runs engines shows when :func:`evidence_share` is below 1
+    (None at the book's trials): that this execution is a quick one, ``what`` it shrank,
+    and that its numbers are not the book's.
+
+    >>> print(quick_note_markdown(20_000, "fewer prompts."))
+    :::{note}
+    This is a quick execution (trials = 20,000; the book's 200,000 collect all its evidence): fewer prompts. Its numbers are not the book's.
+    :::
+    >>> quick_note_markdown(200_000, "fewer prompts.") is None
+    True
+    """
+    if evidence_share(trials) == 1.0:
+        return None
+    return (":::{note}\n"
+            f"This is a quick execution (trials = {trials:,}; the book's {BOOK_TRIALS:,} "
+            f"collect all its evidence): {what} Its numbers are not the book's.\n"
+            ":::")
+
+
+def show_quick_note(trials: int, what: str) -> None:
+    """Display :func:`quick_note_markdown`, if any, as a Markdown output cell."""
+    text = quick_note_markdown(trials, what)
+    if text is not None:
+        from IPython.display import Markdown, display
+
+        display(Markdown(text))
