@@ -47,6 +47,7 @@ class Script:
     stop: int | None = None                            # a token that ends a response
     model: object = None                               # specdec.nn.Transformer: /completion
     temperature: float | None = None                   # /completion's own, else the request's
+    newline: str = "\n"                                # SSE line ending: LF, CR LF or CR
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -108,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
             event = {"choices": [choice], "timings": {"predicted_n": done}}
             if script.mode == "nousage":
                 event.pop("timings")
-            self._send(json.dumps(event))
+            self._send(json.dumps(event, ensure_ascii=False))
             if script.mode == "malformed":
                 self._send("{not json")
                 return
@@ -165,7 +166,9 @@ class _Handler(BaseHTTPRequestHandler):
                          "stop": True, "stop_type": "limit"})
 
     def _send(self, data: str):
-        self.wfile.write(f"data: {data}\n\n".encode())
+        # raw UTF-8, as llama.cpp's JSON encoder writes it (U+2028 and U+0085 unescaped)
+        end = self.server.script.newline
+        self.wfile.write(f"data: {data}{end}{end}".encode())
         self.wfile.flush()
 
 

@@ -97,6 +97,41 @@ def test_sse_parsing():
     assert list(cl.sse_data(lines)) == ["a\nb", "c"]
 
 
+# every character a JSON encoder may leave raw in a string, the Unicode line breaks first
+TEXTS = st.lists(st.text(alphabet=st.sampled_from(list("ab\u00e9\u4e2d\U0001f600 \u0085\u2028"
+                                                      "\u2029\x0b\x0c\x1c\x1d\x1e")),
+                         min_size=1, max_size=6) | st.text(min_size=1),
+                 min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=TEXTS, newline=st.sampled_from(["\n", "\r\n", "\r"]), data=st.data())
+def test_sse_lines_break_only_where_the_sse_specification_does(texts, newline, data):
+    """Events of raw UTF-8 JSON, cut into chunks anywhere (inside a character, between the
+    CR and LF of a line ending), come back whole: only CR LF, LF and CR end a line."""
+    stream = "".join(f"data: {json.dumps({'text': t}, ensure_ascii=False)}{newline}{newline}"
+                     for t in texts).encode()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    splitter, lines = cl.SSELines(), []
+    for a, b in zip([0] + cuts, cuts + [len(stream)]):
+        lines += splitter.feed(stream[a:b])
+    lines += splitter.flush()
+    assert [json.loads(d)["text"] for d in cl.sse_data(lines)] == texts
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_client_keeps_unicode_line_separators_inside_events(newline):
+    """A generated NEL, line or paragraph separator, raw in the JSON as llama.cpp sends it,
+    stays in its chunk (httpx's aiter_lines would cut the event there: 'malformed
+    event'); every SSE line ending works."""
+    texts = ("a\u2028b", "\u0085", "c\u2029\x1c")
+    script = Script(delays=(0.0, 0.0, 0.0), texts=texts, tokens=(3, 2, 5), newline=newline)
+    with ScriptedServer(script) as url:
+        run = cl.closed_loop(cl.Endpoint(url), [cl.RequestSpec("nel", "x", 10)], 1)
+    (r,) = run.records
+    assert r.chunk_texts == texts and r.text == "".join(texts) and r.completion_tokens == 10
+
+
 def test_endpoint_and_spec_validation():
     assert cl.Endpoint("http://127.0.0.1:9/v1/").url == "http://127.0.0.1:9"
     for url in ("127.0.0.1:8080", "ftp://x", "http://"):

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import httpx
 
-__all__ = ["ClientError", "Endpoint", "RequestSpec", "RequestRecord", "sse_data",
+__all__ = ["ClientError", "Endpoint", "RequestSpec", "RequestRecord", "SSELines", "sse_data",
            "plain_sampling", "stream_request", "run_async", "post_all"]
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -285,6 +285,56 @@ class RequestRecord:
                    finish_reason=d.get("finish_reason", ""), language=d.get("language", ""))
 
 
+class SSELines:
+    r"""Lines of a server-sent event stream from its bytes as they arrive.
+
+    The SSE specification (WHATWG HTML, "Server-sent events", parsing an event stream)
+    decodes the stream as UTF-8 and ends a line only at CR LF, LF or CR. Python's
+    ``str.splitlines``, which ``httpx``'s ``aiter_lines`` follows, also breaks at U+0085,
+    U+2028, U+2029 and the controls 0x0B, 0x0C and 0x1C-0x1E; a JSON encoder need not
+    escape the first three, and llama.cpp's does not, so a generated NEL or line separator
+    would cut an event in two ("malformed event"). This splitter breaks at the three
+    endings only, keeps a CR that ends a chunk until it sees whether an LF follows, and
+    decodes a UTF-8 character split between chunks whole.
+
+    Examples
+    --------
+    >>> s = SSELines()
+    >>> s.feed(b'data: {"text": "a\xe2\x80')
+    []
+    >>> s.feed(b'\xa8b"}\r')
+    ['data: {"text": "a\u2028b"}']
+    >>> s.feed(b'\n\rdata: x') + s.flush()
+    ['', 'data: x']
+    """
+
+    def __init__(self) -> None:
+        import codecs
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._tail = ""                   # text after the last line ending
+        self._cr = False                  # the last chunk ended with a CR
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The lines that ``chunk`` completes (without their endings)."""
+        text = self._decoder.decode(bytes(chunk))
+        if self._cr and text.startswith("\n"):
+            text = text[1:]               # the LF of a CR LF split between chunks
+        self._cr = False
+        if not text:
+            return []
+        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self._cr = text.endswith("\r")
+        parts[0] = self._tail + parts[0]
+        self._tail = parts.pop()
+        return parts
+
+    def flush(self) -> list[str]:
+        """The unterminated last line, if any (the stream ended)."""
+        tail = self._tail + self._decoder.decode(b"", final=True)
+        self._tail = ""
+        return [tail] if tail else []
+
+
 def sse_data(lines: Iterable[str]) -> Iterator[str]:
     """The ``data`` payload of every server-sent event in ``lines`` (one event per blank-
     line-separated block; several ``data:`` lines of one event are joined by newlines;
@@ -310,6 +360,24 @@ def sse_data(lines: Iterable[str]) -> Iterator[str]:
             buf.append(value[1:] if value.startswith(" ") else value)
     if buf:
         yield "\n".join(buf)
+
+
+def _event(data: str, where: str) -> dict | None:
+    """One event's JSON object (None for the ``[DONE]`` sentinel); a ClientError naming
+    ``where`` for anything else an OpenAI-style stream must not send."""
+    if data.strip() == "[DONE]":
+        return None
+    try:
+        event = json.loads(data)
+    except json.JSONDecodeError:
+        raise ClientError(f"{where}: malformed event (not JSON): {data[:120]!r}") from None
+    if not isinstance(event, dict):
+        raise ClientError(f"{where}: malformed event (not an object): {data[:120]!r}")
+    if "error" in event:
+        raise ClientError(f"{where}: server error event: {event['error']!r}")
+    if "choices" not in event:
+        raise ClientError(f"{where}: malformed event (no 'choices'): {data[:120]!r}")
+    return event
 
 
 def _chunk_text(event: Mapping, api: str) -> str | None:
@@ -375,42 +443,32 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
                                   f"{kind or 'missing'!r}; body starts {detail!r}); does the "
                                   f"server support \"stream\": true?")
             buf: list[str] = []
-            async for line in resp.aiter_lines():
-                if line.strip():
-                    buf.append(line)
-                    continue
-                for data in sse_data(buf + [""]):
-                    now = clock()
-                    end = now
-                    if data.strip() == "[DONE]":
+            splitter = SSELines()
+            async for chunk in resp.aiter_bytes():
+                for line in splitter.feed(chunk):
+                    if line.strip():
+                        buf.append(line)
                         continue
-                    try:
-                        event = json.loads(data)
-                    except json.JSONDecodeError:
-                        raise ClientError(f"{where}: malformed event (not JSON): "
-                                          f"{data[:120]!r}") from None
-                    if not isinstance(event, dict):
-                        raise ClientError(f"{where}: malformed event (not an object): "
-                                          f"{data[:120]!r}")
-                    if "error" in event:
-                        raise ClientError(f"{where}: server error event: {event['error']!r}")
-                    if "choices" not in event:
-                        raise ClientError(f"{where}: malformed event (no 'choices'): "
-                                          f"{data[:120]!r}")
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    if event.get("timings"):
-                        timings = event["timings"]
-                    finish = _finish(event) or finish
-                    text = _chunk_text(event, endpoint.api)
-                    if text:
-                        times.append(now)
-                        texts.append(text)
-                        count = (event.get("usage") or {}).get("completion_tokens")
-                        if count is None:
-                            count = (event.get("timings") or {}).get("predicted_n")
-                        cumulative.append(-1 if count is None else int(count))
-                buf = []
+                    for data in sse_data(buf + [""]):
+                        end = clock()
+                        event = _event(data, where)
+                        if event is None:
+                            continue
+                        if event.get("usage"):
+                            usage = event["usage"]
+                        if event.get("timings"):
+                            timings = event["timings"]
+                        finish = _finish(event) or finish
+                        text = _chunk_text(event, endpoint.api)
+                        if text:
+                            times.append(end)
+                            texts.append(text)
+                            count = (event.get("usage") or {}).get("completion_tokens")
+                            if count is None:
+                                count = (event.get("timings") or {}).get("predicted_n")
+                            cumulative.append(-1 if count is None else int(count))
+                    buf = []
+            buf += [line for line in splitter.flush() if line.strip()]
             if buf:
                 raise ClientError(f"{where}: the stream ended inside an event: {buf[-1][:120]!r}")
     except ClientError:
