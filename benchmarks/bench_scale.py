@@ -32,7 +32,7 @@ def main() -> int:
     print(f"{'group':<9} {'pass ms':>8} {'c':>6} {'g':>5} {'E':>5} {'model':>6} "
           f"{'measured':>8} {'95% interval':>13}")
     for r in study.targets:
-        print(f"{r['language']:<9} {r['target_pass_ms']:8.2f} {r['c']:6.3f} {r['g']:5.2f} "
+        print(f"{r['language']:<9} {r['target_step_ms']:8.2f} {r['c']:6.3f} {r['g']:5.2f} "
               f"{r['E']:5.2f} {r['predicted_speedup']:6.2f} {r['speedup']:8.2f} "
               f"{r['speedup_low']:6.2f}-{r['speedup_high']:.2f}")
     print("model error per repeat: " + ", ".join(f"{w['error']:+.0%}"

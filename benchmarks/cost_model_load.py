@@ -9,11 +9,11 @@ alone; one slot, one thread each) take, under each condition in turn:
   decoding speedup is the ratio of the engine's own per-token decode times
   (``timings.predicted_ms / predicted_n``, plain over speculative, no HTTP or time to
   first token in it), with the acceptance the speculative server reports;
-* ``--windows`` rounds of the chapter's cost window (:func:`pass_times`: the target's
-  passes over 1 to ``gamma + 1`` new positions, the draft's over one), reduced by the
-  chapter's own estimator (:func:`window_costs`) to ``c`` and ``g`` in CPU time and in
-  wall time, and the decoding model ``E / (gamma c + g)`` of each
-  (:func:`predicted_speedup`).
+* ``--windows`` rounds of the chapter's cost window (:func:`step_times`: the target's and
+  the draft's decoding steps inside a generation; :func:`pass_times`: the target's passes
+  over 1 to ``gamma + 1`` new positions), reduced by the chapter's own estimator
+  (:func:`window_costs`) to ``c`` and ``g`` in CPU time and in wall time, and the
+  decoding model ``E / (gamma c + g)`` of each (:func:`predicted_speedup`).
 
 The conditions: ``idle``; ``cpu``, two busy loops (one per core of a 2-core machine); and
 ``memory``, one process copying a 128 MB array over and over beside one busy loop. Each
@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from specdec import client as cl  # noqa: E402
 from specdec import nn  # noqa: E402
 from specdec.book.instruments import (interleave_languages, pass_times,  # noqa: E402
-                                      predicted_speedup, window_costs)
+                                      predicted_speedup, step_times, window_costs)
 from specdec.measure import rotation  # noqa: E402
 
 #: What each condition runs beside the servers (Python source for ``python -c``).
@@ -56,6 +56,7 @@ NEIGHBOURS = {
                "while True: np.copyto(b, a)", "while True: pass"),
 }
 PREFIX = "The history of the city begins with a small settlement on the river, and"
+STEPS = 16                     # decoding steps per step timing, as chapter 8's windows
 CONTINUATION = " later the town grew into a market for the region around it."
 
 
@@ -119,11 +120,13 @@ def measure(servers, prompts, args) -> dict:
                  for name, ts in timings.items()}
     drafted = sum(t.get("draft_n", 0) for t in timings["speculative"])
     accepted = sum(t.get("draft_n_accepted", 0) for t in timings["speculative"])
-    passes = pass_times({"target": eps["baseline"], "draft": cl.Endpoint(alone.url)},
-                        PREFIX, CONTINUATION,
-                        {"target": tuple(range(1, args.gamma + 2)), "draft": (1,)},
-                        args.windows, pids={"target": base.pid, "draft": alone.pid})
-    cost = window_costs(passes, args.gamma)
+    cost_eps = {"target": eps["baseline"], "draft": cl.Endpoint(alone.url)}
+    pids = {"target": base.pid, "draft": alone.pid}
+    passes = pass_times({"target": cost_eps["target"]}, PREFIX, CONTINUATION,
+                        tuple(range(1, args.gamma + 2)), args.windows,
+                        pids={"target": base.pid})
+    steps = step_times(cost_eps, PREFIX, STEPS, args.windows, pids=pids)
+    cost = window_costs(passes, steps, args.gamma)
     acceptance = accepted / drafted if drafted else 0.0
     measured = per_token["baseline"] / per_token["speculative"]
     model = predicted_speedup(acceptance, cost["c"], cost["g"], args.gamma)

@@ -289,6 +289,52 @@ def test_pass_times_refuses_bad_arguments_by_name():
             pass_times(**args)
 
 
+def test_step_times_refuses_bad_arguments_by_name():
+    from specdec.book.instruments import step_times
+
+    for kwargs, error, message in (
+            (dict(steps=0), ValueError, "steps: must be an integer >= 1"),
+            (dict(steps=2.5), ValueError, "steps: must be an integer >= 1"),
+            (dict(repeats=0), ValueError, "repeats: must be an integer >= 1"),
+            (dict(offset=-1), ValueError, "offset: must be an integer >= 0"),
+            (dict(endpoints={}), ValueError, "endpoints: must name at least one server"),
+            (dict(endpoints=None), TypeError, "endpoints: must be a dict"),
+            (dict(pids={"draft": 1}), ValueError, r"pids: names \['draft'\] are not among"),
+            (dict(prefix=None), TypeError, "prefix: must be a string"),
+            (dict(prefix=""), ValueError, "prefix: must be non-empty ASCII"),
+            (dict(prefix="é"), ValueError, "prefix: must be non-empty ASCII")):
+        args = dict(endpoints={"target": None}, prefix="abc", steps=4, repeats=1) | kwargs
+        with pytest.raises(error, match=message):
+            step_times(**args)
+
+
+def test_step_times_leave_out_the_work_a_request_does_once(server_binary):
+    """A decoding step inside a generation costs less than a one-position pass timed as a
+    request of its own (which adds reading, tokenizing and answering the request once): on
+    the draft, whose step is a fraction of a millisecond, several times less. The cost
+    model counts the draft's step gamma times per cycle, so the difference matters."""
+    from specdec.book.instruments import pass_times, step_times, thread_times
+
+    prefix = "The history of the city begins with a small settlement"
+    with engine.serve("target") as target, engine.serve("draft") as draft:
+        eps = {"target": cl.Endpoint(target.url), "draft": cl.Endpoint(draft.url)}
+        pids = {"target": target.pid, "draft": draft.pid}
+        steps = step_times(eps, prefix, 8, 5, pids=pids)
+        passes = pass_times(eps, prefix, " on the river", [1], 5, pids=pids)
+    assert [(x["server"], x["repeat"]) for x in steps[:4]] == [
+        ("target", 0), ("draft", 0), ("draft", 1), ("target", 1)]   # rotating order
+    assert all(x["steps"] == 8 and x["ms"] > 0 for x in steps)
+    if thread_times(os.getpid()) is None:
+        pytest.skip("this system reports no thread CPU times")
+    for server in ("target", "draft"):
+        step = np.median([x["cpu_ms"] for x in steps if x["server"] == server])
+        one = np.median([x["cpu_ms"] for x in passes if x["server"] == server])
+        assert 0 < step < one, (server, step, one)
+    draft_step = np.median([x["cpu_ms"] for x in steps if x["server"] == "draft"])
+    draft_pass = np.median([x["cpu_ms"] for x in passes if x["server"] == "draft"])
+    assert draft_step < 0.75 * draft_pass, (draft_step, draft_pass)
+
+
 # ------------------------------------------------- nothing measured lost, no server left
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""

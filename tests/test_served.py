@@ -97,43 +97,59 @@ def test_cpu_model_and_server_context(tmp_path):
     assert (spec["cache_k"], spec["cache_v"], spec["flash_attention"]) == ("f32", "f32", "off")
 
 
-def _passes(t1, tv, d1, gamma=2, cpu=None):
-    """Pass rows of three repeats; ``cpu``: each pass's CPU time as a share of its wall
-    time (None: no CPU times, as on a system that does not report them)."""
-    rows = []
+def _timings(p1, pv, step, draft, gamma=2, cpu=None):
+    """Pass rows (the target's, 1 to ``gamma + 1`` positions) and step rows (target and
+    draft) of three repeats; ``cpu``: each timing's CPU time as a share of its wall time
+    (None: no CPU times, as on a system that does not report them)."""
+    passes, steps = [], []
     for r, jitter in enumerate((1.0, 1.2, 1.1)):
-        for server, k, ms in (("target", 1, t1), ("target", 2, (t1 + tv) / 2),
-                              ("target", gamma + 1, tv), ("draft", 1, d1)):
-            rows.append({"server": server, "repeat": r, "positions": k, "ms": ms * jitter,
-                         "cpu_ms": None if cpu is None else ms * jitter * cpu})
-    return rows
+        for k, ms in ((1, p1), (2, (p1 + pv) / 2), (gamma + 1, pv)):
+            passes.append({"server": "target", "repeat": r, "positions": k, "ms": ms * jitter,
+                           "cpu_ms": None if cpu is None else ms * jitter * cpu})
+        for server, ms in (("target", step), ("draft", draft)):
+            steps.append({"server": server, "repeat": r, "steps": 16, "ms": ms * jitter,
+                          "cpu_ms": None if cpu is None else ms * jitter * cpu})
+    return passes, steps
 
 
 def test_window_costs_use_medians_of_wall_time_without_cpu_times():
-    w = s.window_costs(_passes(10.0, 14.0, 1.0), 2)
+    # passes of 10 and 14 ms, a step of 8 ms inside a generation (the request's fixed
+    # work, 2 ms, is in the passes only), a draft step of 0.8 ms
+    passes, steps = _timings(10.0, 14.0, 8.0, 0.8)
+    w = s.window_costs(passes, steps, 2)
     assert s.COST_ESTIMATOR == "median CPU time" and w["clock"] == "wall"
-    assert w["target_ms"] == pytest.approx(11.0) and w["verify_ms"] == pytest.approx(15.4)
-    assert w["c"] == pytest.approx(0.1) and w["g"] == pytest.approx(1.4)
+    assert w["target_ms"] == pytest.approx(8.8) and w["draft_ms"] == pytest.approx(0.88)
+    assert w["verify_ms"] == pytest.approx(8.8 + 15.4 - 11.0)       # a step plus P(3) - P(1)
+    assert w["c"] == pytest.approx(0.1) and w["g"] == pytest.approx(13.2 / 8.8)
     assert (w["c_wall"], w["g_wall"]) == (w["c"], w["g"])
-    assert w["g_by_gamma"] == pytest.approx([1.2, 1.4])
+    assert w["g_by_gamma"] == pytest.approx([(8.8 + 2.2) / 8.8, 13.2 / 8.8])
     assert w["disturbance"] == pytest.approx(0.1) and math.isnan(w["waiting"])
+    # the draft's tenth-of-a-millisecond step may spread widely: not a disturbance
+    noisy = [dict(x, ms=x["ms"] * (1 + 4 * x["repeat"])) if x["server"] == "draft" else x
+             for x in steps]
+    assert s.window_costs(passes, noisy, 2)["disturbance"] == pytest.approx(0.1)
     with pytest.raises(RuntimeError, match="no pass of 4 positions"):
-        s.window_costs(_passes(10.0, 14.0, 1.0), 3)
+        s.window_costs(passes, steps, 3)
+    with pytest.raises(RuntimeError, match="no decoding step measured on draft"):
+        s.window_costs(passes, [x for x in steps if x["server"] == "target"], 2)
 
 
-def test_window_costs_take_cpu_time_when_every_pass_has_it():
-    rows = _passes(10.0, 14.0, 1.0)
-    for r in rows:                      # preemption: the long pass waited half its time
+def test_window_costs_take_cpu_time_when_every_timing_has_it():
+    passes, steps = _timings(10.0, 14.0, 8.0, 0.8)
+    for r in passes:                    # preemption: the long pass waited half its time
         r["cpu_ms"] = r["ms"] / 2.0 if r["positions"] == 3 else r["ms"]
-    w = s.window_costs(rows, 2)
-    assert w["clock"] == "cpu" and w["target_ms"] == pytest.approx(11.0)
-    assert w["verify_ms"] == pytest.approx(7.7) and w["verify_wall_ms"] == pytest.approx(15.4)
-    assert w["g"] == pytest.approx(0.7) and w["g_wall"] == pytest.approx(1.4)
+    for r in steps:
+        r["cpu_ms"] = r["ms"]
+    w = s.window_costs(passes, steps, 2)
+    assert w["clock"] == "cpu" and w["target_ms"] == pytest.approx(8.8)
+    assert w["verify_ms"] == pytest.approx(8.8 + 7.7 - 11.0)
+    assert w["verify_wall_ms"] == pytest.approx(8.8 + 15.4 - 11.0)
+    assert w["g"] == pytest.approx(5.5 / 8.8) and w["g_wall"] == pytest.approx(13.2 / 8.8)
     assert w["c"] == pytest.approx(0.1) and w["c_wall"] == pytest.approx(0.1)
-    assert w["waiting"] == pytest.approx(1 - (11.0 + 7.7 + 1.1) / (11.0 + 15.4 + 1.1))
-    rows[0]["cpu_ms"] = None            # one pass without its CPU time: wall time for all
-    assert s.window_costs(rows, 2)["clock"] == "wall"
-    w = s.window_costs(_passes(10.0, 14.0, 1.0, cpu=1.0), 2)
+    assert w["waiting"] == pytest.approx(1 - (8.8 + 5.5 + 0.88) / (8.8 + 13.2 + 0.88))
+    steps[0]["cpu_ms"] = None           # one timing without its CPU time: wall time for all
+    assert s.window_costs(passes, steps, 2)["clock"] == "wall"
+    w = s.window_costs(*_timings(10.0, 14.0, 8.0, 0.8, cpu=1.0), 2)
     assert w["clock"] == "cpu" and w["waiting"] == pytest.approx(0.0)
 
 

@@ -581,38 +581,39 @@ def cycle_cost_change(small: dict, large: dict, gamma: int) -> str:
 
 def pass_disturbance(disturbance: float, threshold: float, waiting: float | None = None,
                      quiet: float = 0.05) -> str:
-    """Whether the timed passes of a run were disturbed.
+    """Whether the timed steps and passes of a run were disturbed.
 
-    ``disturbance`` is the largest ``median / fastest - 1`` of a pass's wall time over a
-    window. Where the servers' CPU times were read, ``waiting`` (the largest share of a
-    window's pass wall time that its decoding thread spent waiting for a processor) says
+    ``disturbance`` is the largest ``median / fastest - 1`` of a timing's wall time (a
+    step's or a pass's) over a window. Where the servers' CPU times were read,
+    ``waiting`` (the largest share of a window's timed wall time that the decoding
+    threads spent waiting for a processor) says
     directly whether other processes held the processor; a spread of wall times without
-    waiting is the passes' own variation (caches, the memory system), not another
+    waiting is the timings' own variation (caches, the memory system), not another
     process. Without ``waiting`` the spread alone decides, against ``threshold``.
     """
     _finite("disturbance", disturbance)
     _finite("threshold", threshold)
     if waiting is None or not math.isfinite(waiting):
         if disturbance > threshold:
-            return (f"the largest disturbance of a pass's wall time (median over fastest "
+            return (f"the largest disturbance of a timing's wall time (median over fastest "
                     f"repeat, minus one) was {disturbance:.0%}, above the {threshold:.0%} "
                     f"that marks a disturbed run: other processes probably held the "
-                    f"processor during some timed passes, and absolute times of this run "
+                    f"processor during some timings, and absolute times of this run "
                     f"are less reliable")
-        return (f"the largest disturbance of a pass's wall time (median over fastest "
+        return (f"the largest disturbance of a timing's wall time (median over fastest "
                 f"repeat, minus one) was {disturbance:.0%}, within the {threshold:.0%} of an "
                 f"undisturbed run")
-    spread = (f"a pass's wall time varied by up to {disturbance:.0%} (median over fastest, "
+    spread = (f"a timing's wall time varied by up to {disturbance:.0%} (median over fastest, "
               f"minus one)")
     if waiting > quiet:
         return (f"the decoding threads waited for a processor during up to {waiting:.0%} of "
-                f"a window's pass wall time (above the {quiet:.0%} of a quiet machine): other "
-                f"processes held the processor during timed passes, and {spread}. The "
+                f"a window's timed wall time (above the {quiet:.0%} of a quiet machine): other "
+                f"processes held the processor during the timings, and {spread}. The "
                 f"model's c and g come from CPU time, which waiting does not inflate, but "
                 f"absolute times of this run are less reliable")
     return (f"the decoding threads waited for a processor during at most "
-            f"{max(waiting, 0.0):.0%} of any window's pass wall time, so other processes "
-            f"took little processor time from them; {spread}, which comes from the passes "
+            f"{max(waiting, 0.0):.0%} of any window's timed wall time, so other processes "
+            f"took little processor time from them; {spread}, which comes from the timings "
             f"themselves or from other processes' use of memory and caches, not from "
             f"waiting")
 
@@ -620,11 +621,11 @@ def pass_disturbance(disturbance: float, threshold: float, waiting: float | None
 def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
                waiting: float, quiet: float = 0.05, agree: float = 0.02) -> str:
     """The cost model fed CPU time against the same model fed wall time, and why they
-    differ: the share of the passes' wall time the decoding thread spent waiting.
+    differ: the share of the timings' wall time the decoding threads spent waiting.
 
-    ``waiting`` is ``1 - cpu / wall`` of the window's median passes (it can be slightly
-    negative on an idle machine: the CPU time includes a request's few microseconds of
-    bookkeeping around the pass; NaN where the system reports no thread times, and then
+    ``waiting`` is ``1 - cpu / wall`` of the window's median steps and pass (it can be
+    slightly negative on an idle machine: the CPU time includes a few microseconds of
+    bookkeeping that the engine's own timer leaves out; NaN where the system reports no thread times, and then
     the model was fed wall time only); below ``quiet`` the machine counts as quiet, and
     the two predictions agree when their relative errors differ by at most ``agree``.
     """
@@ -637,23 +638,23 @@ def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
         raise ValueError(f"waiting: must be a finite number or NaN (got {waiting!r})")
     if math.isnan(waiting):
         return ("this system does not report its threads' CPU time, so the model's c and g "
-                "come from the passes' wall time, which grows while a thread waits for a "
+                "come from the timings' wall time, which grows while a thread waits for a "
                 "processor another process holds")
     e_cpu, e_wall = predicted_cpu / measured - 1.0, predicted_wall / measured - 1.0
-    fed = (f"fed the wall-time medians of the same passes instead, the model would have "
+    fed = (f"fed the wall-time medians of the same timings instead, the model would have "
            f"predicted {predicted_wall:.2f}× ({signed_percent(e_wall)}, against "
            f"{signed_percent(e_cpu)} from CPU "
            f"time)")
     if waiting < quiet:
         same = abs(e_cpu - e_wall) <= agree
-        return (fed + f": the decoding thread waited for a processor during "
-                f"{max(waiting, 0.0):.0%} of the passes' wall time, a quiet machine, "
+        return (fed + f": the decoding threads waited for a processor during "
+                f"{max(waiting, 0.0):.0%} of the timings' wall time, a quiet machine, "
                 + ("on which the two clocks agree" if same else
-                   "so the clocks differ by what the CPU time adds to a pass (the request's "
-                   "bookkeeping on the decoding thread), not by waiting"))
+                   "so the clocks differ by what the CPU time counts beyond the engine's own "
+                   "timer (bookkeeping on the decoding threads), not by waiting"))
     closer = "closer to" if abs(e_cpu) < abs(e_wall) else "no closer to"
-    return (fed + f": the decoding thread waited for a processor during {waiting:.0%} of the "
-            f"passes' wall time, which inflates a short pass and a long one by different "
+    return (fed + f": the decoding threads waited for a processor during {waiting:.0%} of the "
+            f"timings' wall time, which inflates a short timing and a long one by different "
             f"factors, and the CPU-time model is {closer} the measurement")
 
 

@@ -2,8 +2,9 @@
 
 The measuring parts of the served study (:mod:`specdec.book.served` runs them):
 
-* :func:`pass_times`: the engine's own pass timings behind the cost model's ``c`` and
-  ``g(gamma)``, one request per position count, on the plain and the draft-only server;
+* :func:`step_times` and :func:`pass_times`: the engine's decoding steps inside a
+  generation and its passes over new positions, behind the cost model's ``c`` and
+  ``g(gamma)``, on the plain and the draft-only server;
   :func:`last_level_cache` and :func:`weight_bytes` put the weights beside the cache;
 * the paired protocol on sampled text (:func:`sampled_protocol`): the mixed-language stream
   of held-out prompts at batch one (:func:`interleave_languages`), with a bootstrap
@@ -32,7 +33,7 @@ from .. import nn
 from ..laws import check_int
 from ..measure import rotation
 
-__all__ = ["thread_times", "pass_times", "first_token_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
+__all__ = ["thread_times", "pass_times", "step_times", "first_token_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
            "interleave_languages", "distinct_ngram_share", "ratio_interval", "memory_bandwidth",
            "cpu_model", "pinned_commit", "server_context", "run_context", "sampled_protocol",
            "window_costs", "predicted_speedup"]
@@ -174,6 +175,92 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     return rows
 
 
+def step_times(endpoints: dict, prefix: str, steps: int, repeats: int,
+               pids: dict | None = None, offset: int = 0) -> list[dict]:
+    """Time of one decoding step inside a generation, per server: what a step of a stream
+    costs, without the work a request adds once (reading and tokenizing it, finding its
+    slot and cached prefix, answering).
+
+    For every repeat and server (in an order that rotates with the repeat): a request with
+    ``prefix`` fills the server's cache; then, on the same cached prefix, a one-token
+    request and a request of ``1 + steps`` tokens (greedy). Both evaluate the same one
+    position and sample the first token; the longer one then decodes ``steps`` more, one
+    position each. The difference of the two, over the steps decoded, is the marginal
+    time of a step: in wall time from the engine's ``timings.predicted_ms``, and in CPU
+    time of the server's decoding thread (:func:`thread_times` around each request).
+
+    A one-position pass timed alone (:func:`pass_times`) includes a request's fixed work
+    once; a speculative cycle of ``gamma`` draft steps would count the draft's ``gamma``
+    times over, a few tenths of a millisecond each on a draft whose step costs less.
+
+    Parameters
+    ----------
+    endpoints : dict of str to Endpoint
+        Non-empty.
+    prefix : str
+        ASCII (one byte, one token).
+    steps : int
+        Decoding steps timed per repeat, >= 1.
+    repeats : int
+        >= 1.
+    pids : dict of str to int, optional
+        The PID of each endpoint's server (same keys); without it, or where the system
+        does not report thread times, ``cpu_ms`` is None.
+    offset : int
+        Number of the first round, >= 0 (rotates the order as in :func:`pass_times`).
+
+    Returns
+    -------
+    list of dict
+        ``server``, ``repeat``, ``steps`` (the steps the engine decoded: ``steps`` unless
+        it stopped early), ``ms`` (wall time per step, milliseconds), ``cpu_ms`` (CPU
+        time per step, or None).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Arguments of the wrong type or out of range (named).
+    RuntimeError
+        The longer request decoded no step more than the one-token request.
+    """
+    if not isinstance(prefix, str):
+        raise TypeError("prefix: must be a string")
+    if not prefix.isascii() or not prefix:
+        raise ValueError("prefix: must be non-empty ASCII (one byte, one token)")
+    if not isinstance(endpoints, dict):
+        raise TypeError(f"endpoints: must be a dict of names to Endpoint (got "
+                        f"{type(endpoints).__name__})")
+    if not endpoints:
+        raise ValueError("endpoints: must name at least one server")
+    steps = check_int(steps, "steps")
+    repeats = check_int(repeats, "repeats")
+    offset = check_int(offset, "offset", minimum=0)
+    pids = dict(pids or {})
+    if set(pids) - set(endpoints):
+        raise ValueError(f"pids: names {sorted(set(pids) - set(endpoints))} are not among "
+                         f"the endpoints {sorted(endpoints)}")
+    rows = []
+    for r in range(offset, offset + repeats):
+        for name in rotation(list(endpoints), r):
+            pid, ep = pids.get(name), endpoints[name]
+            _one(ep, prefix, 1)
+            marks = [None if pid is None else thread_times(pid)]
+            short = _one(ep, prefix, 1)
+            marks.append(None if pid is None else thread_times(pid))
+            long = _one(ep, prefix, 1 + steps)
+            marks.append(None if pid is None else thread_times(pid))
+            decoded = int(long["predicted_n"]) - int(short["predicted_n"])
+            if decoded < 1:
+                raise RuntimeError(f"step_times: {name!r} decoded no step beyond the first "
+                                   f"token (predicted_n {long['predicted_n']})")
+            cpu = (None if None in marks else
+                   ((marks[2][0] - marks[1][0]) - (marks[1][0] - marks[0][0])) / decoded)
+            rows.append({"server": name, "repeat": r, "steps": decoded,
+                         "ms": (float(long["predicted_ms"]) - float(short["predicted_ms"]))
+                         / decoded, "cpu_ms": cpu})
+    return rows
+
+
 def first_token_times(endpoints: dict, prompt: str, temperature: float, seed: int,
                       order: int = 0) -> list[dict]:
     """Time to first token of one request per server, ``prompt`` and one token (the
@@ -228,16 +315,23 @@ def weight_bytes(model: nn.Transformer) -> int:
 
 
 # ------------------------------------------------------------- sampled-text protocol
-#: How c and g are estimated from the pass timings of one window of the protocol. Fixed
+#: How c and g are estimated from the timings of one window of the protocol. Fixed
 #: before the runs it is used in (not chosen by which estimator predicted better): the
-#: median, over the passes of the window, of the CPU time the server's decoding thread
-#: spent on each pass (:func:`pass_times`), on the same servers as the paired requests
-#: and spread through the same stream. CPU time rather than wall time because a pass's
-#: wall time includes the time the thread waited for a processor, which on a busy
-#: machine inflates a short pass and a long one by different factors, while the paired
-#: streams, which keep the servers busy for seconds, are slowed alike; the wall-time
-#: medians are kept beside it (``c_wall``, ``g_wall``), and a window without CPU times
-#: falls back to them.
+#: median, over the repeats of the window, of the CPU time the server's decoding thread
+#: spent on each timing (:func:`step_times`, :func:`pass_times`; combined by
+#: :func:`window_costs`), on the same servers as the paired requests and spread through
+#: the same stream. CPU time rather than wall time because a timing's wall time includes
+#: the time the thread waited for a processor, which on a busy machine inflates a short
+#: timing and a long one by different factors, while the paired streams, which keep the
+#: servers busy for seconds, are slowed alike; the wall-time medians are kept beside it
+#: (``c_wall``, ``g_wall``), and a window without CPU times falls back to them.
+#:
+#: What is timed was revised once, after a five-seed series in which the model predicted
+#: 6% to 11% below the measured speedup every time: the steps had been one-position
+#: passes timed alone, each with a request's fixed work (about 0.3 ms on this machine),
+#: which a cycle of gamma draft steps counted gamma times. The steps are now timed inside
+#: a generation (:func:`step_times`); the series that tests the revision was run after it
+#: (``benchmarks/seeds_chapter8.py``).
 COST_ESTIMATOR = "median CPU time"
 
 #: The headline of the served speedups, fixed before any run: the speedup of the mixed
@@ -664,47 +758,68 @@ def sampled_protocol(endpoints: dict, prompts: dict, *, baseline: str, repeats: 
             "distinct_4gram_share": repetition}
 
 
-def window_costs(passes: Sequence[dict], gamma: int) -> dict:
-    """c and g(1..gamma) of one window's pass timings, by :data:`COST_ESTIMATOR` (the
-    median of the window's repeats of each pass, in CPU time where every pass has it).
+def window_costs(passes: Sequence[dict], steps: Sequence[dict], gamma: int) -> dict:
+    """c and g(1..gamma) of one window's timings, by :data:`COST_ESTIMATOR`: the median of
+    the window's repeats of each timing, in CPU time where every timing has it.
+
+    The costs are those of the stream's own work. The target's step ``t`` and the draft's
+    step are steps inside a generation (:func:`step_times`); a verification of ``k``
+    positions costs a step plus what the ``k - 1`` further positions add to a pass,
+    ``t + P(k) - P(1)``, with ``P`` the passes over new positions timed alone
+    (:func:`pass_times`; the difference removes the request's fixed work they include).
+    So ``c`` is the draft's step over the target's and ``g(k - 1) = 1 + (P(k) - P(1)) / t``.
 
     Parameters
     ----------
     passes : sequence of dict
-        Rows of :func:`pass_times` with servers ``"target"`` and ``"draft"``.
+        Rows of :func:`pass_times` with server ``"target"`` (1 to ``gamma + 1``
+        positions).
+    steps : sequence of dict
+        Rows of :func:`step_times` with servers ``"target"`` and ``"draft"``.
     gamma : int
-        Draft length: passes of 1 to ``gamma + 1`` positions on the target are needed.
+        Draft length, >= 1.
 
     Returns
     -------
     dict
-        ``clock`` (``"cpu"``, or ``"wall"`` when some pass has no CPU time),
-        ``target_ms`` (one-position pass), ``verify_ms`` (``gamma + 1`` positions),
-        ``draft_ms``, ``c``, ``g`` (= ``g_by_gamma[-1]``), ``g_by_gamma``, all on that
-        clock; ``target_wall_ms``, ``verify_wall_ms``, ``draft_wall_ms``, ``c_wall``,
-        ``g_wall`` from the wall-time medians; ``disturbance``: the largest
-        ``median / fastest - 1`` of the three passes' wall times; ``waiting``: the share
-        of the three passes' median wall time that was not CPU time, ``1 - cpu / wall``
-        (the time the decoding thread waited for a processor; slightly negative on a
-        quiet machine, where the CPU time's bookkeeping shows; NaN without CPU times).
+        ``clock`` (``"cpu"``, or ``"wall"`` when some timing has no CPU time),
+        ``target_ms`` (the target's step), ``verify_ms`` (a verification of ``gamma +
+        1`` positions), ``draft_ms`` (the draft's step), ``c``, ``g`` (=
+        ``g_by_gamma[-1]``), ``g_by_gamma``, all on that clock; ``target_wall_ms``,
+        ``verify_wall_ms``, ``draft_wall_ms``, ``c_wall``, ``g_wall`` from the wall-time
+        medians; ``disturbance``: the largest ``median / fastest - 1`` of the wall times
+        of the target's three timings (its step, its one- and ``gamma + 1``-position
+        passes; the draft's step, a tenth of a millisecond whose spread says more about
+        the timer than about the machine, is left out); ``waiting``: the share of the three costs' median wall time that was not
+        CPU time, ``1 - cpu / wall`` (the time the decoding threads waited for a
+        processor; slightly negative on a quiet machine, where the CPU time's bookkeeping
+        shows; NaN without CPU times).
 
     Raises
     ------
     RuntimeError
-        A needed pass was not measured.
+        A needed timing was not measured.
     """
     gamma = check_int(gamma, "gamma")
-    needed = [x for x in passes if (x["server"] == "target" and 1 <= x["positions"] <= gamma + 1)
-              or (x["server"] == "draft" and x["positions"] == 1)]
+    needed = ([x for x in passes if x["server"] == "target" and 1 <= x["positions"] <= gamma + 1]
+              + [x for x in steps if x["server"] in ("target", "draft")])
     cpu = bool(needed) and all(x.get("cpu_ms") is not None for x in needed)
 
+    def step(server, key):
+        ms = [x[key] for x in steps if x["server"] == server]
+        if not ms:
+            raise RuntimeError(f"no decoding step measured on {server}")
+        return float(np.min(ms)), float(np.median(ms))
+
     def costs(key):
-        t1_min, t1 = _fastest_and_median(passes, "target", 1, key)
-        tv_min, tv = _fastest_and_median(passes, "target", gamma + 1, key)
-        d1_min, d1 = _fastest_and_median(passes, "draft", 1, key)
-        g_by = [_fastest_and_median(passes, "target", k, key)[1] / t1
-                for k in range(2, gamma + 2)]
-        return t1, tv, d1, g_by, max(t1 / t1_min, tv / tv_min, d1 / d1_min) - 1.0
+        t_min, t = step("target", key)
+        d = step("draft", key)[1]
+        p1_min, p1 = _fastest_and_median(passes, "target", 1, key)
+        pv_min, pv = _fastest_and_median(passes, "target", gamma + 1, key)
+        verify = [t + _fastest_and_median(passes, "target", k, key)[1] - p1
+                  for k in range(2, gamma + 2)]
+        spread = max(t / t_min, p1 / p1_min, pv / pv_min) - 1.0
+        return t, verify[-1], d, [v / t for v in verify], spread
 
     w1, wv, wd, wg, disturbance = costs("ms")
     t1, tv, d1, g_by = costs("cpu_ms")[:4] if cpu else (w1, wv, wd, wg)

@@ -46,7 +46,7 @@ from ..client import exactness as ex
 from ..measure import idle_cores, rotation
 from .instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, interleave_languages,
                           last_level_cache,
-                          memory_bandwidth, pass_times, predicted_speedup, run_context,
+                          memory_bandwidth, pass_times, predicted_speedup, run_context, step_times,
                           sampled_protocol, weight_bytes, window_costs)
 
 __all__ = ["load_engine", "rule_acceptance", "pertoken_exactness", "ServedStudy",
@@ -497,6 +497,7 @@ class ScaleStudy:
 
     targets: list
     passes: list
+    steps: list
     paired: dict
     concurrency: list
     metadata: dict
@@ -511,6 +512,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                     gamma: int = 4, temperature: float = 1.0,
                     languages: Sequence[str] = nn.LANGUAGES, prompts_per_language: int = 20,
                     max_tokens: int = 32, repeats: int = 3, cost_repeats: int = 4,
+                    cost_steps: int = 16,
                     bandwidth_megabytes: int = 256,
                     concurrency_target: str = "target_large",
                     concurrencies: Sequence[int] = (1, 2, 4), concurrency_repeats: int = 5,
@@ -525,17 +527,20 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     server, interleaved request by request (:func:`sampled_protocol`:
     ``prompts_per_language`` held-out prompts per language at ``temperature``, seeded, one
     request in flight), and a *cost window* spread through the same stream:
-    ``cost_repeats`` rounds of :func:`pass_times` (one to ``gamma + 1`` positions on the
-    plain server, one on the draft alone, CPU time of each server's decoding thread), one
-    every ``1 / cost_repeats`` of the stream, each with a one-token request to both
+    ``cost_repeats`` rounds, one every ``1 / cost_repeats`` of the stream, each of
+    :func:`step_times` (``cost_steps`` decoding steps inside a generation on the plain
+    server and on the draft alone) and :func:`pass_times` (one to ``gamma + 1`` new
+    positions on the plain server), in CPU time of each server's decoding thread, with a
+    one-token request to both
     servers (:func:`first_token_times`, a stream prompt half a stream away from the next
     request, tagged with its language), and a :func:`memory_bandwidth` baseline at the
     first. From each repeat's window (estimator :data:`COST_ESTIMATOR`, fixed before the
     run, :func:`window_costs`):
 
-    * ``c``: the draft's one-position pass over the target's;
-    * ``g``: the target's ``gamma + 1``-position pass over its one-position pass, and
-      ``g_by_gamma`` for every draft length from 1 to ``gamma``;
+    * ``c``: the draft's step over the target's;
+    * ``g``: a verification of ``gamma + 1`` positions (a step plus what the further
+      positions add to a pass) over the target's step, and ``g_by_gamma`` for every draft
+      length from 1 to ``gamma``;
     * the cost model's speedup per request of ``max_tokens`` tokens
       (:func:`predicted_speedup` with the target's step and both servers' median time to
       first token, all three wall times, the clock the requests are timed on: a group's
@@ -558,7 +563,8 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     -------
     ScaleStudy
         ``targets``: one row per target and group (``"mixed"`` and each language);
-        ``passes``: every pass time (with ``target`` and ``window``); ``paired``: the
+        ``passes`` and ``steps``: every pass and step time (with ``target`` and
+        ``window``); ``paired``: the
         protocol's output per target (without its cost windows, which are in
         ``windows`` of the metadata); ``concurrency``: rows per concurrency;
         ``metadata`` (with ``windows``: per target and repeat, c, g, bandwidth,
@@ -571,6 +577,8 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     if not (isinstance(cost_repeats, int) and 1 <= cost_repeats <= stream_length):
         raise ValueError(f"cost_repeats: must be an integer from 1 to the {stream_length} "
                          f"requests of the stream (got {cost_repeats!r})")
+    if not (isinstance(cost_steps, int) and cost_steps >= 1):
+        raise ValueError(f"cost_steps: must be an integer >= 1 (got {cost_steps!r})")
     t0 = time.perf_counter()
     engine = load_engine()
     engine.build(log=log)
@@ -585,7 +593,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
     text = held["en"]["text"]
     ascii_text = "".join(ch for ch in text if ch.isascii() and ch.isprintable())
     prefix, continuation = ascii_text[:48], ascii_text[48:48 + gamma + 1]
-    rows, passes, paired_out, models, windows, servers = [], [], {}, {}, [], {}
+    rows, passes, step_rows, paired_out, models, windows, servers = [], [], [], {}, {}, [], {}
     draft = nn.load_model("draft")
     for name in targets:
         model = nn.load_model(name)
@@ -601,9 +609,10 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
 
             def window(r, part, name=name, cost_eps=cost_eps, pids=pids, eps=eps):
                 k = r * cost_repeats + part
-                got = pass_times(cost_eps, prefix, continuation,
-                                 {"target": tuple(range(1, gamma + 2)), "draft": (1,)},
-                                 1, pids=pids, offset=k)
+                got = pass_times({"target": cost_eps["target"]}, prefix, continuation,
+                                 tuple(range(1, gamma + 2)), 1, pids={"target": pids["target"]},
+                                 offset=k)
+                steps = step_times(cost_eps, prefix, cost_steps, 1, pids=pids, offset=k)
                 # the time to first token of a stream prompt half a stream away from the
                 # request that follows the window (not the same prompt: that request
                 # would find it in the slot's cache), with a seed no stream request has
@@ -611,6 +620,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                 lang, prompt = stream[(round(part * n / cost_repeats) + n // 2) % n]
                 ttft = first_token_times(eps, prompt, temperature, seed + n + k, k)
                 out = {"passes": [dict(x, target=name, window=r) for x in got],
+                       "steps": [dict(x, target=name, window=r) for x in steps],
                        "ttft": [dict(x, language=lang) for x in ttft]}
                 if part == 0:                       # one bandwidth baseline per repeat
                     out["bandwidth"] = memory_bandwidth(megabytes=bandwidth_megabytes,
@@ -624,10 +634,13 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                             f"{name}, with the draft": spec.args[1:],
                             f"draft alone, beside {name}": alone.args[1:]})
         by_repeat = [{"passes": [x for part in parts for x in part["passes"]],
+                      "steps": [x for part in parts for x in part["steps"]],
                       "ttft": [x for part in parts for x in part["ttft"]],
                       "bandwidth": parts[0]["bandwidth"]} for parts in out["windows"]]
         got = [x for w in by_repeat for x in w["passes"]]
+        got_steps = [x for w in by_repeat for x in w["steps"]]
         passes += got
+        step_rows += got_steps
         spec_streams = {s["repeat"]: s for s in out["streams"] if s["setting"] == "speculative"}
 
         def model(acceptance, cost, ttft, group="mixed"):
@@ -653,7 +666,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                     "ttft_ms": first["baseline"], "spec_ttft_ms": first["speculative"]}
 
         for r, w in enumerate(by_repeat):
-            cost_r = window_costs(w["passes"], gamma)
+            cost_r = window_costs(w["passes"], w["steps"], gamma)
             s = spec_streams[r]
             m = model(s["acceptance"], cost_r, w["ttft"])
             windows.append({"target": name, "repeat": r, **cost_r, **m,
@@ -664,7 +677,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                             "error_decode": m["predicted_decode"] / s["speedup"] - 1.0,
                             "achieved_gbs": models[name]["weight_bytes"]
                             / cost_r["target_wall_ms"] / 1e6})
-        pooled = window_costs(got, gamma)
+        pooled = window_costs(got, got_steps, gamma)
         all_ttft = [x for w in by_repeat for x in w["ttft"]]
         mine = [w for w in windows if w["target"] == name]
         read_gbs = float(np.median([w["bandwidth"]["read_gbs_median"] for w in mine]))
@@ -675,10 +688,10 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
             m = model(res["acceptance"], pooled, all_ttft, group)
             rows.append({"target": name, "language": group, "gamma": gamma,
                          "temperature": float(temperature), **models[name],
-                         "target_pass_ms": pooled["target_wall_ms"],
-                         "target_pass_cpu_ms": pooled["target_ms"],
-                         "verify_pass_ms": pooled["verify_wall_ms"],
-                         "draft_pass_ms": pooled["draft_wall_ms"],
+                         "target_step_ms": pooled["target_wall_ms"],
+                         "target_step_cpu_ms": pooled["target_ms"],
+                         "verify_ms": pooled["verify_wall_ms"],
+                         "draft_step_ms": pooled["draft_wall_ms"],
                          "disturbance": pooled["disturbance"], "waiting": pooled["waiting"],
                          "clock": pooled["clock"], "c": pooled["c"],
                          "g": pooled["g"], "g_by_gamma": pooled["g_by_gamma"],
@@ -725,7 +738,7 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
                                   "throughput": row["output_throughput"]})
     meta = {"engine": _version(engine.server_binary(), engine), "gamma": gamma,
             "temperature": float(temperature), "threads": 1, "max_tokens": max_tokens,
-            "repeats": repeats, "cost_repeats": cost_repeats,
+            "repeats": repeats, "cost_repeats": cost_repeats, "cost_steps": cost_steps,
             "cost_estimator": COST_ESTIMATOR, "headline": HEADLINE, "seed": seed,
             "prompts_per_language": prompts_per_language, "models": models,
             "draft": {"parameters": draft.n_parameters, "weight_bytes": weight_bytes(draft)},
@@ -734,5 +747,5 @@ def run_scale_study(*, seed: int = 2026, targets: Sequence[str] = ("target", "ta
             "concurrency_prompts_per_language": concurrency_prompts_per_language,
             "cost_prefix_bytes": len(prefix), "last_level_cache_bytes": last_level_cache(),
             "windows": windows, "context": run_context(engine, servers)}
-    return ScaleStudy(targets=rows, passes=passes, paired=paired_out, concurrency=conc_rows,
+    return ScaleStudy(targets=rows, passes=passes, steps=step_rows, paired=paired_out, concurrency=conc_rows,
                       metadata=meta, seconds=time.perf_counter() - t0)
