@@ -32,6 +32,9 @@ from pathlib import Path
 
 from _common import REPO, engine_tool, execute_notebook
 
+sys.path.insert(0, str(REPO))
+from specdec.book.prose import signed_percent  # noqa: E402
+
 GLUED = ("ch8_big_headline", "ch8_big_predicted", "ch8_big_error", "ch8_big_window_errors",
          "ch8_big_error_wall", "ch8_big_waiting", "ch8_big_seconds", "ch8_pt_large_seconds",
          "ch8_pt_small_seconds")
@@ -197,7 +200,7 @@ def main(argv=None) -> int:
     for r in runs:
         err = r["ch8_big_error"]
         within += abs(err) <= args.tolerance
-        reps = ", ".join(f"{e:+.0%}" for e in r["ch8_big_window_errors"])
+        reps = ", ".join(signed_percent(e) for e in r["ch8_big_window_errors"])
         load = r.get("load")
         loads = ("-" if not load else
                  f"{load['min']:.1f}, {load['median']:.1f}, {load['max']:.1f}")
