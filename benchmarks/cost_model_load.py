@@ -21,7 +21,7 @@ neighbour is a subprocess started before the condition's requests and stopped by
 after them (and killed with this process however it ends, on Linux). The script prints
 the neighbours' PIDs, then one line per condition: measured decoding speedup, the two
 models and their relative errors, ``g`` and ``c`` on each clock, and the share of the
-passes' wall time spent waiting for a processor. It measures; it asserts nothing.
+timings' wall time spent waiting for a processor. It measures; it asserts nothing.
 
 Run with ``.venv/bin/python benchmarks/cost_model_load.py [--target NAME] [--gamma N]
 [--prompts N] [--tokens N] [--windows N] [--conditions idle,cpu,memory]``.

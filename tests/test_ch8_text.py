@@ -205,9 +205,9 @@ def test_scale_sentences_both_ways():
     assert "work it does not see" in t.model_agreement(2.4, 2.0, 0.15)
     assert t.model_agreement(2.02, 2.01, 0.15) == ("the cost model predicts 2.02×, the "
                                                    "measurement to within 1%")
-    assert "runs colder in the processor's caches" in t.model_agreement(1.5, 2.0, 0.15)
+    assert "run colder in the processor's caches" in t.model_agreement(1.5, 2.0, 0.15)
     assert t.g_curve([1.43, 1.58, 1.77, 1.79]) == (
-        "for γ = 1, 2, 3, 4 (passes of 2 to 5 positions) a pass costs g = 1.43, 1.58, 1.77, "
+        "for γ = 1, 2, 3, 4 (verifications of 2 to 5 positions) a verification costs g = 1.43, 1.58, 1.77, "
         "1.79 steps: each position beyond the first adds 0.20 of a step on average, far "
         "less than a step of its own")
     assert t.g_curve([1.9]).endswith("adds 0.90 of a step on average, about as much as a "
@@ -260,10 +260,10 @@ def test_pass_disturbance_says_when_a_run_was_disturbed():
     assert t.pass_disturbance(0.1, 0.25).endswith("was 10%, within the 25% of an undisturbed run")
     # with the decoding threads' waiting measured, the waiting decides, not the spread
     idle = t.pass_disturbance(0.81, 0.25, waiting=-0.004)
-    assert "at most 0% of any window's timed wall time, so other processes took little" in idle
-    assert "varied by up to 81%" in idle and "not from waiting" in idle
+    assert "at most 0% of any target's window's timed wall time, so other processes took little" in idle
+    assert "varied in wall time by up to 81%" in idle and "not from waiting" in idle
     busy = t.pass_disturbance(0.3, 0.25, waiting=0.31)
-    assert "up to 31% of a window's timed wall time" in busy and "come from CPU time" in busy
+    assert "up to 31% of one window's timed wall time" in busy and "come from CPU time" in busy
     assert t.pass_disturbance(0.1, 0.25, waiting=float("nan")).endswith("undisturbed run")
     with pytest.raises(ValueError, match="disturbance"):
         t.pass_disturbance(float("nan"), 0.25)
@@ -272,7 +272,7 @@ def test_pass_disturbance_says_when_a_run_was_disturbed():
 def test_cost_clock_says_which_clock_and_why():
     quiet = t.cost_clock(0.70, 0.71, 0.70, -0.004)
     assert "predicted 0.71× (+1%, against 0% from CPU time)" in quiet
-    assert "during 0% of the timings' wall time, a quiet machine, on which the two clocks agree" in quiet
+    assert "during 0% of the pooled timings' wall time, a quiet machine, on which the two clocks agree" in quiet
     apart = t.cost_clock(0.70, 0.76, 0.70, 0.01)
     assert "clocks differ by what the CPU time counts beyond" in apart and "agree" not in apart
     assert "does not report its threads' CPU time" in t.cost_clock(0.70, 0.70, 0.70, float("nan"))
@@ -280,7 +280,7 @@ def test_cost_clock_says_which_clock_and_why():
         t.cost_clock(0.70, 0.70, 0.70, float("inf"))
     busy = t.cost_clock(0.69, 0.82, 0.67, 0.31)
     assert "predicted 0.82× (+22%, against +3% from CPU time)" in busy
-    assert "during 31% of the timings' wall time" in busy and "is closer to" in busy
+    assert "during 31% of the pooled timings' wall time" in busy and "is closer to" in busy
     assert "is no closer to" in t.cost_clock(0.60, 0.66, 0.67, 0.31)
     for bad in (dict(measured=0.0), dict(waiting=float("inf")), dict(predicted_wall=-1.0)):
         with pytest.raises(ValueError):

@@ -104,19 +104,33 @@ TEXTS = st.lists(st.text(alphabet=st.sampled_from(list("ab\u00e9\u4e2d\U0001f600
                  min_size=1, max_size=5)
 
 
-@settings(max_examples=200, deadline=None)
-@given(texts=TEXTS, newline=st.sampled_from(["\n", "\r\n", "\r"]), data=st.data())
-def test_sse_lines_break_only_where_the_sse_specification_does(texts, newline, data):
-    """Events of raw UTF-8 JSON, cut into chunks anywhere (inside a character, between the
-    CR and LF of a line ending), come back whole: only CR LF, LF and CR end a line."""
-    stream = "".join(f"data: {json.dumps({'text': t}, ensure_ascii=False)}{newline}{newline}"
-                     for t in texts).encode()
+@settings(max_examples=300, deadline=None)
+@given(texts=TEXTS, newline=st.sampled_from(["\n", "\r\n", "\r"]), bom=st.booleans(),
+       data=st.data())
+def test_sse_lines_break_only_where_the_sse_specification_does(texts, newline, bom, data):
+    """Events of raw UTF-8 JSON, each on two ``data:`` lines, cut into chunks anywhere
+    (inside a character, between the CR and LF of a line ending, empty chunks), after an
+    optional byte-order mark, come back whole: only CR LF, LF and CR end a line, and the
+    two lines of an event join into one payload."""
+    def event(t):
+        body = json.dumps({"text": t}, ensure_ascii=False)
+        return f"data: {body[:-1]}{newline}data: , \"k\": 1}}{newline}{newline}"
+
+    stream = ("\ufeff" if bom else "").encode() + "".join(map(event, texts)).encode()
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
     splitter, lines = cl.SSELines(), []
     for a, b in zip([0] + cuts, cuts + [len(stream)]):
         lines += splitter.feed(stream[a:b])
     lines += splitter.flush()
     assert [json.loads(d)["text"] for d in cl.sse_data(lines)] == texts
+
+
+def test_sse_lines_keep_a_pending_cr_across_an_empty_chunk():
+    splitter = cl.SSELines()
+    got = splitter.feed(b"data: a\r") + splitter.feed(b"") + splitter.feed(b"\ndata: b\r\n\r\n")
+    assert got == ["data: a", "data: b", ""] and list(cl.sse_data(got)) == ["a\nb"]
+    # an event that no blank line ends is discarded; a trailing comment is no event
+    assert list(cl.sse_data(["data: x", "", "data: y"])) == ["x"]
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])

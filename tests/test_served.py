@@ -153,6 +153,32 @@ def test_window_costs_take_cpu_time_when_every_timing_has_it():
     assert w["clock"] == "cpu" and w["waiting"] == pytest.approx(0.0)
 
 
+def test_window_costs_refuse_costs_that_are_not_positive_and_bad_rows():
+    # a one-position pass slower than a five-position one by more than a step: the
+    # verification t + P(5) - P(1) would be negative
+    passes, steps = _timings(14.0, 10.0, 2.0, 0.2)
+    with pytest.raises(RuntimeError, match=r"wall clock .* P\(1\) = 15\.4 ms, P\(3\) = 11 "
+                                           r"ms.* every cost must be positive"):
+        s.window_costs(passes, steps, 2)
+    passes, steps = _timings(10.0, 14.0, 8.0, 0.8)
+    zero = [dict(x, ms=0.0) if x["server"] == "draft" else x for x in steps]
+    with pytest.raises(RuntimeError, match="the draft's 0 ms"):
+        s.window_costs(passes, zero, 2)
+    for args, match in (((None, steps), "passes: must be a list of rows of pass_times"),
+                        ((passes, None), "steps: must be a list of rows of step_times"),
+                        ((steps, passes), "passes: must be a list of rows of pass_times")):
+        with pytest.raises(TypeError, match=match):
+            s.window_costs(*args, 2)
+
+
+def test_step_times_name_a_server_without_llama_cpp_timings():
+    """A server that reports no ``predicted_ms`` (the scripted one, like most that are not
+    llama.cpp) cannot be timed step by step: the error says which field and which server."""
+    with ScriptedServer(Script(delays=(0.0,), texts=("a",), tokens=(1,))) as url:
+        with pytest.raises(RuntimeError, match="'plain' reported no predicted_ms"):
+            s.step_times({"plain": cl.Endpoint(url)}, "abc", 4, 1)
+
+
 def test_thread_times_count_running_and_waiting_apart():
     import os
     import time

@@ -216,14 +216,15 @@ def server_against_numpy_g(g_numpy: float, g_server: float, positions: int,
                            step_ms_numpy: float, step_ms_server: float) -> str:
     """The same target's verification cost in the book's decoder and on the server.
 
-    Both ``g`` are the cost of a pass over ``positions`` positions in steps of the same
-    target, each in its own engine; ``step_ms_*`` are those steps' times in milliseconds.
+    Both ``g`` are the cost of verifying ``positions`` positions in steps of the same
+    target, each in its own engine (on the server a step inside a generation plus what the
+    further positions add to a pass); ``step_ms_*`` are those steps' times in milliseconds.
     Returns whole sentences (capitalised, with the final full stop).
     """
     g_numpy, g_server = _finite("g_numpy", g_numpy), _finite("g_server", g_server)
     step_ms_numpy = _finite("step_ms_numpy", step_ms_numpy)
     step_ms_server = _finite("step_ms_server", step_ms_server)
-    text = (f"For the deep target a pass over {positions} positions costs {g_server:.2f} of "
+    text = (f"For the deep target a verification of {positions} positions costs {g_server:.2f} of "
             f"the server's steps and {g_numpy:.2f} of the book's decoder's")
     if round(g_server, 2) == round(g_numpy, 2):
         return (text + f": the same ratio to the two digits shown, with steps of "
@@ -231,15 +232,15 @@ def server_against_numpy_g(g_numpy: float, g_server: float, positions: int,
                 f"book's decoder.")
     if g_server > g_numpy:
         if step_ms_server < step_ms_numpy:
-            why = (f"the ratio is taken to each engine's own step, and the server's step is the faster one "
-                   f"({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms), which is "
-                   f"consistent with less fixed per-call work in it (work a pass pays once, "
-                   f"so that each added position weighs more against the step); the "
-                   f"server's advantage here is the step, not the ratio")
+            why = (f"the ratio is taken to each engine's own step, and the server's step, "
+                   f"timed inside a generation without a request's fixed work, is the "
+                   f"faster one ({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms), so "
+                   f"each added position weighs more against it; the server's advantage "
+                   f"here is the step, not the ratio")
         else:
             why = (f"the server's step is not the faster one ({step_ms_server:.3f} ms against "
-                   f"{step_ms_numpy:.3f} ms), and this run does not say why its passes "
-                   f"weigh more")
+                   f"{step_ms_numpy:.3f} ms), and this run does not say why its added "
+                   f"positions weigh more")
         return text + ": the server's ratio is the higher. " + why[0].upper() + why[1:] + "."
     return (text + f": the server's kernels make an added position cheaper relative to a "
             f"step ({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms per step).")
@@ -465,11 +466,11 @@ def model_agreement(predicted: float, measured: float, tolerance: float) -> str:
         why = ("so the cycles cost more than the passes the model adds up: work it does not "
                "see (drafting bookkeeping, sampling, the server's own per-cycle steps) is a "
                "visible share of a cycle")
-    else:              # pessimistic: the timed passes cost more than those inside the cycles
-        why = ("so the passes it was fed cost more than the same passes inside the cycles "
-               "did: a pass timed alone, between requests, runs colder in the processor's "
-               "caches than inside a stream, and the plain server's per-token work "
-               "(sampling, sending each token) is shared among several tokens by a cycle")
+    else:              # pessimistic: the timings cost more than the same work in the cycles
+        why = ("so the timings it was fed cost more than the same work inside the cycles "
+               "did: timed between requests they may run colder in the processor's caches "
+               "than inside a stream, and work a cycle pays per emitted token (sending it) "
+               "is counted in every draft step; this run does not time them apart")
     return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
             f"measurement: more than {tolerance:.0%} off, {why}")
 
@@ -518,14 +519,14 @@ def grown_against_base(base: dict, grown: dict, names: dict) -> str:
 def g_curve(g_by_gamma) -> str:
     """The verification cost for every draft length, and what each added position costs.
 
-    ``g_by_gamma[k - 1]`` is ``g(k)``, the cost of a pass over ``k + 1`` positions in
+    ``g_by_gamma[k - 1]`` is ``g(k)``, the cost of verifying ``k + 1`` positions in
     steps of one position; the added cost per position is ``(g(gamma) - 1) / gamma``.
     """
     gs = [float(g) for g in g_by_gamma]
     gam = ", ".join(str(k) for k in range(1, len(gs) + 1))
     pos = f"2 to {len(gs) + 1}" if len(gs) > 1 else "2"
     added = (gs[-1] - 1.0) / len(gs)
-    text = (f"for γ = {gam} (passes of {pos} positions) a pass costs "
+    text = (f"for γ = {gam} (verifications of {pos} positions) a verification costs "
             f"g = {', '.join(f'{g:.2f}' for g in gs)} steps: each position beyond the first "
             f"adds {added:.2f} of a step on average")
     if added <= 0.5:
@@ -603,16 +604,16 @@ def pass_disturbance(disturbance: float, threshold: float, waiting: float | None
         return (f"the largest disturbance of a timing's wall time (median over fastest "
                 f"repeat, minus one) was {disturbance:.0%}, within the {threshold:.0%} of an "
                 f"undisturbed run")
-    spread = (f"a timing's wall time varied by up to {disturbance:.0%} (median over fastest, "
-              f"minus one)")
+    spread = (f"a target's timing varied in wall time by up to {disturbance:.0%} (median "
+              f"over fastest, minus one)")
     if waiting > quiet:
         return (f"the decoding threads waited for a processor during up to {waiting:.0%} of "
-                f"a window's timed wall time (above the {quiet:.0%} of a quiet machine): other "
+                f"one window's timed wall time (the worst window of any target; above the {quiet:.0%} of a quiet machine): other "
                 f"processes held the processor during the timings, and {spread}. The "
                 f"model's c and g come from CPU time, which waiting does not inflate, but "
                 f"absolute times of this run are less reliable")
     return (f"the decoding threads waited for a processor during at most "
-            f"{max(waiting, 0.0):.0%} of any window's timed wall time, so other processes "
+            f"{max(waiting, 0.0):.0%} of any target's window's timed wall time, so other processes "
             f"took little processor time from them; {spread}, which comes from the timings "
             f"themselves or from other processes' use of memory and caches, not from "
             f"waiting")
@@ -648,13 +649,13 @@ def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
     if waiting < quiet:
         same = abs(e_cpu - e_wall) <= agree
         return (fed + f": the decoding threads waited for a processor during "
-                f"{max(waiting, 0.0):.0%} of the timings' wall time, a quiet machine, "
+                f"{max(waiting, 0.0):.0%} of the pooled timings' wall time, a quiet machine, "
                 + ("on which the two clocks agree" if same else
                    "so the clocks differ by what the CPU time counts beyond the engine's own "
                    "timer (bookkeeping on the decoding threads), not by waiting"))
     closer = "closer to" if abs(e_cpu) < abs(e_wall) else "no closer to"
     return (fed + f": the decoding threads waited for a processor during {waiting:.0%} of the "
-            f"timings' wall time, which inflates a short timing and a long one by different "
+            f"pooled timings' wall time, which inflates a short timing and a long one by different "
             f"factors, and the CPU-time model is {closer} the measurement")
 
 

@@ -193,6 +193,13 @@ def step_times(endpoints: dict, prefix: str, steps: int, repeats: int,
     once; a speculative cycle of ``gamma`` draft steps would count the draft's ``gamma``
     times over, a few tenths of a millisecond each on a draft whose step costs less.
 
+    The requests are streamed, as the paired stream's are, so a step includes the work of
+    sending its token (a few hundredths of a millisecond of CPU time here). A plain stream
+    pays it per token; a speculative cycle pays it per emitted token, not per draft step,
+    so a cost model built on these steps charges the draft's ``gamma`` steps a little
+    more than the cycle spends on them: about 1% of a large-target cycle here, more on a
+    target whose step is a fraction of a millisecond.
+
     Parameters
     ----------
     endpoints : dict of str to Endpoint
@@ -221,7 +228,9 @@ def step_times(endpoints: dict, prefix: str, steps: int, repeats: int,
     TypeError, ValueError
         Arguments of the wrong type or out of range (named).
     RuntimeError
-        The longer request decoded no step more than the one-token request.
+        A server reported no ``predicted_n`` or ``predicted_ms`` (llama.cpp's
+        ``timings``), decoded more than one token for the one-token request, or none
+        beyond the first for the longer one.
     """
     if not isinstance(prefix, str):
         raise TypeError("prefix: must be a string")
@@ -249,10 +258,22 @@ def step_times(endpoints: dict, prefix: str, steps: int, repeats: int,
             marks.append(None if pid is None else thread_times(pid))
             long = _one(ep, prefix, 1 + steps)
             marks.append(None if pid is None else thread_times(pid))
-            decoded = int(long["predicted_n"]) - int(short["predicted_n"])
+            for got in (short, long):
+                missing = [k for k in ("predicted_n", "predicted_ms") if k not in got]
+                if missing:
+                    raise RuntimeError(f"step_times: {name!r} reported no "
+                                       f"{' or '.join(missing)} in its timings (llama.cpp's "
+                                       f"server reports both; this server cannot be timed "
+                                       f"step by step this way)")
+            if int(short["predicted_n"]) != 1:
+                raise RuntimeError(f"step_times: {name!r} decoded {short['predicted_n']} "
+                                   f"tokens for a one-token request (does it ignore "
+                                   f"max_tokens?)")
+            decoded = int(long["predicted_n"]) - 1
             if decoded < 1:
-                raise RuntimeError(f"step_times: {name!r} decoded no step beyond the first "
-                                   f"token (predicted_n {long['predicted_n']})")
+                raise RuntimeError(f"step_times: {name!r} decoded {long['predicted_n']} "
+                                   f"token(s) for a request of {1 + steps}: no step beyond "
+                                   f"the first token (did it stop at an end of text?)")
             cpu = (None if None in marks else
                    ((marks[2][0] - marks[1][0]) - (marks[1][0] - marks[0][0])) / decoded)
             rows.append({"server": name, "repeat": r, "steps": decoded,
@@ -762,7 +783,8 @@ def window_costs(passes: Sequence[dict], steps: Sequence[dict], gamma: int) -> d
     """c and g(1..gamma) of one window's timings, by :data:`COST_ESTIMATOR`: the median of
     the window's repeats of each timing, in CPU time where every timing has it.
 
-    The costs are those of the stream's own work. The target's step ``t`` and the draft's
+    The costs are those of the stream's own work (but for the sending of a token, which
+    :func:`step_times` counts in each draft step). The target's step ``t`` and the draft's
     step are steps inside a generation (:func:`step_times`); a verification of ``k``
     positions costs a step plus what the ``k - 1`` further positions add to a pass,
     ``t + P(k) - P(1)``, with ``P`` the passes over new positions timed alone
@@ -797,10 +819,21 @@ def window_costs(passes: Sequence[dict], steps: Sequence[dict], gamma: int) -> d
 
     Raises
     ------
+    TypeError
+        ``passes`` or ``steps`` is not a sequence of such rows.
     RuntimeError
-        A needed timing was not measured.
+        A needed timing was not measured, or a cost came out zero, negative or NaN (a
+        window too small for its timings' spread, or a disturbed one: the message gives
+        the medians).
     """
     gamma = check_int(gamma, "gamma")
+    for name, rows, keys in (("passes", passes, ("server", "positions", "ms")),
+                             ("steps", steps, ("server", "steps", "ms"))):
+        if not isinstance(rows, (list, tuple)) or not all(
+                isinstance(x, dict) and all(k in x for k in keys) for x in rows):
+            source = "pass_times" if name == "passes" else "step_times"
+            raise TypeError(f"{name}: must be a list of rows of {source} (dicts with "
+                            f"{', '.join(map(repr, keys))}; got {type(rows).__name__})")
     needed = ([x for x in passes if x["server"] == "target" and 1 <= x["positions"] <= gamma + 1]
               + [x for x in steps if x["server"] in ("target", "draft")])
     cpu = bool(needed) and all(x.get("cpu_ms") is not None for x in needed)
@@ -818,6 +851,15 @@ def window_costs(passes: Sequence[dict], steps: Sequence[dict], gamma: int) -> d
         pv_min, pv = _fastest_and_median(passes, "target", gamma + 1, key)
         verify = [t + _fastest_and_median(passes, "target", k, key)[1] - p1
                   for k in range(2, gamma + 2)]
+        if not (min(t_min, d, p1_min, pv_min, *verify) > 0):      # also catches NaN
+            clock = "CPU" if key == "cpu_ms" else "wall"
+            raise RuntimeError(
+                f"window_costs: on the {clock} clock the target's step is {t:.4g} ms (fastest "
+                f"{t_min:.4g}), the draft's {d:.4g} ms, and the target's passes P(1) = "
+                f"{p1:.4g} ms, P({gamma + 1}) = {pv:.4g} ms, so a verification t + P(k) - "
+                f"P(1) of {gamma + 1} positions is {verify[-1]:.4g} ms: every cost must be "
+                f"positive. The window has too few timings for their spread, or was "
+                f"disturbed; time more repeats")
         spread = max(t / t_min, p1 / p1_min, pv / pv_min) - 1.0
         return t, verify[-1], d, [v / t for v in verify], spread
 

@@ -295,7 +295,8 @@ class SSELines:
     escape the first three, and llama.cpp's does not, so a generated NEL or line separator
     would cut an event in two ("malformed event"). This splitter breaks at the three
     endings only, keeps a CR that ends a chunk until it sees whether an LF follows, and
-    decodes a UTF-8 character split between chunks whole.
+    decodes a UTF-8 character split between chunks whole (and drops one leading
+    byte-order mark).
 
     Examples
     --------
@@ -310,13 +311,16 @@ class SSELines:
 
     def __init__(self) -> None:
         import codecs
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # UTF-8, one leading byte-order mark ignored, as the specification says
+        self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
         self._tail = ""                   # text after the last line ending
         self._cr = False                  # the last chunk ended with a CR
 
     def feed(self, chunk: bytes) -> list[str]:
         """The lines that ``chunk`` completes (without their endings)."""
         text = self._decoder.decode(bytes(chunk))
+        if not text:                      # nothing decoded yet: a pending CR stays pending
+            return []
         if self._cr and text.startswith("\n"):
             text = text[1:]               # the LF of a CR LF split between chunks
         self._cr = False
@@ -338,7 +342,8 @@ class SSELines:
 def sse_data(lines: Iterable[str]) -> Iterator[str]:
     """The ``data`` payload of every server-sent event in ``lines`` (one event per blank-
     line-separated block; several ``data:`` lines of one event are joined by newlines;
-    comments and other fields are skipped), as the SSE specification defines them.
+    comments and other fields are skipped; an event that no blank line ends is
+    discarded), as the SSE specification defines them.
 
     Examples
     --------
@@ -358,8 +363,7 @@ def sse_data(lines: Iterable[str]) -> Iterator[str]:
         name, _, value = line.partition(":")
         if name == "data":
             buf.append(value[1:] if value.startswith(" ") else value)
-    if buf:
-        yield "\n".join(buf)
+    # an event not ended by a blank line is discarded, as the specification says
 
 
 def _event(data: str, where: str) -> dict | None:
@@ -446,7 +450,7 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
             splitter = SSELines()
             async for chunk in resp.aiter_bytes():
                 for line in splitter.feed(chunk):
-                    if line.strip():
+                    if line:                  # only an empty line ends an event
                         buf.append(line)
                         continue
                     for data in sse_data(buf + [""]):
@@ -468,9 +472,11 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
                                 count = (event.get("timings") or {}).get("predicted_n")
                             cumulative.append(-1 if count is None else int(count))
                     buf = []
-            buf += [line for line in splitter.flush() if line.strip()]
-            if buf:
-                raise ClientError(f"{where}: the stream ended inside an event: {buf[-1][:120]!r}")
+            buf += splitter.flush()
+            pending = [x for x in buf if x.startswith("data:") and x[5:].strip() != "[DONE]"]
+            if pending:                       # a truncated event, not a comment or [DONE]
+                raise ClientError(f"{where}: the stream ended inside an event: "
+                                  f"{pending[-1][:120]!r}")
     except ClientError:
         raise
     except httpx.ConnectError as err:
