@@ -295,14 +295,14 @@ def test_sampled_protocol_against_two_scripted_servers():
                            temperature=1.0, seed=0, window=lambda r, j: None, window_parts=2)
 
 
-def test_pass_times_positions_per_server_are_checked_before_any_request():
+def test_pass_times_positions_are_checked_before_any_request():
     eps = {"target": cl.Endpoint("http://127.0.0.1:9"), "draft": cl.Endpoint("http://127.0.0.1:9")}
-    with pytest.raises(ValueError, match="positions: per server, must name exactly"):
+    with pytest.raises(TypeError, match="positions: must be a sequence of integers"):
         s.pass_times(eps, "abc", "defgh", {"target": (1, 2)}, 1)
-    with pytest.raises(ValueError, match="none for 'draft'"):
-        s.pass_times(eps, "abc", "defgh", {"target": (1, 2), "draft": ()}, 1)
+    with pytest.raises(ValueError, match="positions: must hold at least one"):
+        s.pass_times(eps, "abc", "defgh", (), 1)
     with pytest.raises(ValueError, match="continuation: needs at least 6"):
-        s.pass_times(eps, "abc", "defgh", {"target": (1, 6), "draft": (1,)}, 1)
+        s.pass_times(eps, "abc", "defgh", (1, 6), 1)
 
 
 def test_scale_study_and_protocol_refuse_bad_windows_before_serving():

@@ -71,6 +71,36 @@ def thread_times(pid: int, tid: int | None = None) -> tuple[float, float] | None
         return None
 
 
+def _check_endpoints(endpoints) -> None:
+    """``endpoints`` must be a non-empty dict of names to Endpoint (named errors)."""
+    if not isinstance(endpoints, dict):
+        raise TypeError(f"endpoints: must be a dict of names to Endpoint (got "
+                        f"{type(endpoints).__name__})")
+    if not endpoints:
+        raise ValueError("endpoints: must name at least one server")
+
+
+def _checked_pids(pids, endpoints) -> dict:
+    """``pids`` as a dict whose names are all among ``endpoints`` (named error)."""
+    pids = dict(pids or {})
+    if set(pids) - set(endpoints):
+        raise ValueError(f"pids: names {sorted(set(pids) - set(endpoints))} are not among "
+                         f"the endpoints {sorted(endpoints)}")
+    return pids
+
+
+def _timed(endpoint: cl.Endpoint, prompt: str, max_tokens: int,
+           pid: int | None) -> tuple[dict, float | None, float | None]:
+    """:func:`_one` with the CPU time the server's thread ``pid`` ran and waited during
+    the request (:func:`thread_times`; None without a PID or thread times)."""
+    before = None if pid is None else thread_times(pid)
+    timings = _one(endpoint, prompt, max_tokens)
+    after = None if pid is None else thread_times(pid)
+    if before is None or after is None:
+        return timings, None, None
+    return timings, after[0] - before[0], after[1] - before[1]
+
+
 def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Sequence[int],
                repeats: int, pids: dict | None = None, offset: int = 0) -> list[dict]:
     """Time of one forward pass over ``k`` new positions, per server: the engine's wall
@@ -100,10 +130,9 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
     endpoints : dict of str to Endpoint
     prefix, continuation : str
         ASCII; ``continuation`` at least ``max(positions)`` characters.
-    positions : sequence of int, or dict of str to sequence of int
-        Numbers of new positions, each >= 1: the same for every server, or per server
-        (same keys as ``endpoints``; a cost window needs one to ``gamma + 1`` positions
-        on the target and one on the draft).
+    positions : sequence of int
+        Numbers of new positions, each >= 1, timed on every server (a cost window times
+        one to ``gamma + 1`` on the target).
     repeats : int
         >= 1.
     pids : dict of str to int, optional
@@ -130,46 +159,25 @@ def pass_times(endpoints: dict, prefix: str, continuation: str, positions: Seque
         raise TypeError("prefix, continuation: must be strings")
     if not (prefix.isascii() and continuation.isascii()):
         raise ValueError("prefix, continuation: must be ASCII (one byte, one token)")
-    if not isinstance(endpoints, dict):
-        raise TypeError(f"endpoints: must be a dict of names to Endpoint (got "
-                        f"{type(endpoints).__name__})")
-    if not endpoints:
-        raise ValueError("endpoints: must name at least one server")
-    if isinstance(positions, dict):
-        if set(positions) != set(endpoints):
-            raise ValueError(f"positions: per server, must name exactly the endpoints "
-                             f"{sorted(endpoints)} (got {sorted(positions)})")
-        per_server = {name: positions[name] for name in endpoints}
-    else:
-        per_server = {name: positions for name in endpoints}
-    for name, ks in per_server.items():
-        if isinstance(ks, (str, bytes)) or not isinstance(ks, (list, tuple, range)):
-            raise TypeError(f"positions: must be a sequence of integers, or a dict of them "
-                            f"per server (got {ks!r} for {name!r})")
-        if not ks:
-            raise ValueError(f"positions: must hold at least one number of positions "
-                             f"(none for {name!r})")
-        per_server[name] = [check_int(k, "positions") for k in ks]
-    longest = max(max(ks) for ks in per_server.values())
+    _check_endpoints(endpoints)
+    if isinstance(positions, (str, bytes)) or not isinstance(positions, (list, tuple, range)):
+        raise TypeError(f"positions: must be a sequence of integers (got {positions!r})")
+    if not positions:
+        raise ValueError("positions: must hold at least one number of positions")
+    positions = [check_int(k, "positions") for k in positions]
+    longest = max(positions)
     repeats = check_int(repeats, "repeats")
     offset = check_int(offset, "offset", minimum=0)
     if longest > len(continuation):
         raise ValueError(f"continuation: needs at least {longest} characters")
-    pids = dict(pids or {})
-    if set(pids) - set(endpoints):
-        raise ValueError(f"pids: names {sorted(set(pids) - set(endpoints))} are not among "
-                         f"the endpoints {sorted(endpoints)}")
+    pids = _checked_pids(pids, endpoints)
     rows = []
     for r in range(offset, offset + repeats):
         for name in rotation(list(endpoints), r):
             pid = pids.get(name)
-            for k in rotation(per_server[name], r):
+            for k in rotation(positions, r):
                 _one(endpoints[name], prefix, 1)
-                before = None if pid is None else thread_times(pid)
-                t = _one(endpoints[name], prefix + continuation[:k], 1)
-                after = None if pid is None else thread_times(pid)
-                ran, wait = ((None, None) if before is None or after is None else
-                             (after[0] - before[0], after[1] - before[1]))
+                t, ran, wait = _timed(endpoints[name], prefix + continuation[:k], 1, pid)
                 rows.append({"server": name, "repeat": r, "positions": int(t["prompt_n"]),
                              "ms": float(t["prompt_ms"]), "cpu_ms": ran, "wait_ms": wait})
     return rows
@@ -236,28 +244,18 @@ def step_times(endpoints: dict, prefix: str, steps: int, repeats: int,
         raise TypeError("prefix: must be a string")
     if not prefix.isascii() or not prefix:
         raise ValueError("prefix: must be non-empty ASCII (one byte, one token)")
-    if not isinstance(endpoints, dict):
-        raise TypeError(f"endpoints: must be a dict of names to Endpoint (got "
-                        f"{type(endpoints).__name__})")
-    if not endpoints:
-        raise ValueError("endpoints: must name at least one server")
+    _check_endpoints(endpoints)
     steps = check_int(steps, "steps")
     repeats = check_int(repeats, "repeats")
     offset = check_int(offset, "offset", minimum=0)
-    pids = dict(pids or {})
-    if set(pids) - set(endpoints):
-        raise ValueError(f"pids: names {sorted(set(pids) - set(endpoints))} are not among "
-                         f"the endpoints {sorted(endpoints)}")
+    pids = _checked_pids(pids, endpoints)
     rows = []
     for r in range(offset, offset + repeats):
         for name in rotation(list(endpoints), r):
             pid, ep = pids.get(name), endpoints[name]
             _one(ep, prefix, 1)
-            marks = [None if pid is None else thread_times(pid)]
-            short = _one(ep, prefix, 1)
-            marks.append(None if pid is None else thread_times(pid))
-            long = _one(ep, prefix, 1 + steps)
-            marks.append(None if pid is None else thread_times(pid))
+            short, short_cpu, _ = _timed(ep, prefix, 1, pid)
+            long, long_cpu, _ = _timed(ep, prefix, 1 + steps, pid)
             for got in (short, long):
                 missing = [k for k in ("predicted_n", "predicted_ms") if k not in got]
                 if missing:
@@ -274,8 +272,8 @@ def step_times(endpoints: dict, prefix: str, steps: int, repeats: int,
                 raise RuntimeError(f"step_times: {name!r} decoded {long['predicted_n']} "
                                    f"token(s) for a request of {1 + steps}: no step beyond "
                                    f"the first token (did it stop at an end of text?)")
-            cpu = (None if None in marks else
-                   ((marks[2][0] - marks[1][0]) - (marks[1][0] - marks[0][0])) / decoded)
+            cpu = (None if short_cpu is None or long_cpu is None else
+                   (long_cpu - short_cpu) / decoded)
             rows.append({"server": name, "repeat": r, "steps": decoded,
                          "ms": (float(long["predicted_ms"]) - float(short["predicted_ms"]))
                          / decoded, "cpu_ms": cpu})

@@ -473,8 +473,9 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
                             cumulative.append(-1 if count is None else int(count))
                     buf = []
             buf += splitter.flush()
-            pending = [x for x in buf if x.startswith("data:") and x[5:].strip() != "[DONE]"]
-            if pending:                       # a truncated event, not a comment or [DONE]
+            # a truncated event (data a blank line never ended), not a comment or [DONE]
+            pending = [d for d in sse_data(buf + [""]) if d.strip() != "[DONE]"]
+            if pending:
                 raise ClientError(f"{where}: the stream ended inside an event: "
                                   f"{pending[-1][:120]!r}")
     except ClientError:
