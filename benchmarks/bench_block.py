@@ -1,14 +1,14 @@
-"""Speed of the block-level engines (specdec.block), on one core.
+"""Speed of the block-level engines (specdec.simulate.cycle), on one core.
 
 Prints, from a single run:
 
-* the vectorised cycle engine (:func:`specdec.block.simulate_cycles`): independent cycles
+* the vectorised cycle engine (:func:`specdec.simulate.cycle.simulate_cycles`): independent cycles
   per second from one prefix, for several draft lengths gamma, and the emitted tokens
   per second this represents;
-* the vectorised generation engine (:func:`specdec.block.simulate_generation`): cycles
+* the vectorised generation engine (:func:`specdec.simulate.cycle.simulate_generation`): cycles
   and tokens per second when many sequences advance in parallel;
-* the scalar reference cycle (:func:`specdec.block.speculative_cycle`), for the ratio;
-* the time of the exact enumeration (:func:`specdec.stateful.block_sequence_law`) for each
+* the scalar reference cycle (:func:`specdec.simulate.cycle.speculative_cycle`), for the ratio;
+* the time of the exact enumeration (:func:`specdec.rules.cycle.block_sequence_law`) for each
   variant at the largest size used in the book (length 6, gamma 4).
 
 Models: the default toy pair (V = 4 with EOS) for cycles and enumeration, the same pair
@@ -28,7 +28,9 @@ import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from specdec import block, models, stateful  # noqa: E402
+from specdec.simulate import cycle as block
+from specdec import models
+from specdec.rules import cycle as stateful
 from _common import best_time, pin_to_one_core  # noqa: E402
 
 REPEATS = 3

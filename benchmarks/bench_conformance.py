@@ -34,7 +34,9 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
-from specdec import block, conformance, gallery, token  # noqa: E402
+from specdec.simulate import cycle as block
+from specdec import conformance, step as token
+from specdec.conformance import gallery
 from _common import best_time, pin_to_one_core  # noqa: E402
 
 REPEATS = 3

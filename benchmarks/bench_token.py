@@ -7,7 +7,7 @@ Prints, from a single run:
 * the rate at which numpy's Generator alone produces the float32 uniforms that engine
   consumes (same chunking), i.e. the ceiling set by random-number generation;
 * the pure-Python reference protocol (:func:`specdec.simulate.article_reference_run`);
-* the scalar sampler :func:`specdec.token.sample_step` (one kernel call on one row per
+* the scalar sampler :func:`specdec.step.sample_step` (one kernel call on one row per
   step: the path of the kit's scalar samplers and of appendix A2), in steps per second;
 * the ratios between them, and the engine with all rules at once;
 * the tracemalloc peak of the engine for two trial counts (memory must stay flat).
@@ -30,8 +30,8 @@ import numpy as np  # noqa: E402
 
 from specdec.simulate import article_reference_run, simulate_step  # noqa: E402
 from _common import best_time, pin_to_one_core  # noqa: E402
-from specdec.tokenrule import FALLBACK_P, STEP_RULES, TOKEN  # noqa: E402
-from specdec.token import ARTICLE_P, ARTICLE_Q, rejection_probability, sample_step  # noqa: E402
+from specdec.rules.token import FALLBACK_P, STEP_RULES, TOKEN  # noqa: E402
+from specdec.step import ARTICLE_P, ARTICLE_Q, rejection_probability, sample_step  # noqa: E402
 
 TRIALS = 200_000_000  # engine trials per repeat
 PY_TRIALS = 200_000  # the article's run

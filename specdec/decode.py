@@ -41,9 +41,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import cycles, laws
-from .nn import KVCache, Transformer, decode as decode_bytes, encode
-from .verify import check_rng, draw, verify
+from specdec.rules import base as cycles
+from specdec import laws
+from specdec.nn import KVCache, Transformer, decode as decode_bytes, encode
+from specdec.verify import check_rng, draw, verify
 
 __all__ = [
     "SamplingSettings",
@@ -448,13 +449,13 @@ def stepwise(target: Transformer, draft: Transformer, prompts, max_new_tokens: i
     """One token per step by a token-by-token rule: a reference decoder for its law.
 
     At every step the draft proposes one token and ``rule`` (a
-    :class:`specdec.tokenrule.TokenByToken`: the exact rule, or one of its flaws in
-    ``specdec.tokenrule.STEP_FLAWS``) accepts it or draws the replacement
-    (:meth:`~specdec.tokenrule.TokenByToken.sample_step`), with the target's and the
+    :class:`specdec.rules.token.TokenByToken`: the exact rule, or one of its flaws in
+    ``specdec.rules.token.STEP_FLAWS``) accepts it or draws the replacement
+    (:meth:`~specdec.rules.token.TokenByToken.sample_step`), with the target's and the
     draft's laws under ``settings`` given everything before. With the exact rule each
     token is a draw from the target's law; with a flaw, from that flaw's step law, so
     the output of a flawed rule is a positive control for a per-token check
-    (:mod:`specdec.pertoken`). Every step runs both models over the whole sequence (no
+    (:mod:`specdec.stats.pertoken`). Every step runs both models over the whole sequence (no
     cache, one prompt at a time): meant for short runs and checks, not for speed.
 
     Parameters
@@ -464,7 +465,7 @@ def stepwise(target: Transformer, draft: Transformer, prompts, max_new_tokens: i
     prompts : str, bytes, sequence of int, or a list of those
     max_new_tokens : int
         Tokens per request, >= 1 (prompt plus tokens within both contexts).
-    rule : specdec.tokenrule.TokenByToken
+    rule : specdec.rules.token.TokenByToken
     rng : numpy.random.Generator or int
     settings : SamplingSettings
         Applied to both models' logits.
@@ -484,7 +485,7 @@ def stepwise(target: Transformer, draft: Transformer, prompts, max_new_tokens: i
     ----------
     Leviathan, Kalman, Matias (2023), Algorithm 1 (one step, ``gamma = 1``).
     """
-    from .tokenrule import check_token_rule
+    from specdec.rules.token import check_token_rule
 
     rule = check_token_rule(rule)
     rng = check_rng(rng)
@@ -547,7 +548,7 @@ def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greed
     For each context the draft proposes ``gamma`` tokens (sampled from its law under
     ``settings``, or greedy), and one target pass scores the ``gamma + 1`` positions. The
     returned paths carry the laws each verifier needs, so the accepted-count law of any
-    chain rule given the path is exact (:func:`specdec.cycles.path_accepted_law`); averaging over paths
+    chain rule given the path is exact (:func:`specdec.rules.base.path_accepted_law`); averaging over paths
     estimates the rule's accepted tokens per cycle on the real models, with the same
     drafts for every rule.
 
@@ -568,7 +569,7 @@ def real_paths(target, draft, contexts, gamma: int, rng, settings=None, *, greed
 
     Returns
     -------
-    list of specdec.cycles.DraftPath
+    list of specdec.rules.base.DraftPath
         ``prob`` is 1 for each (the paths are samples, not an enumeration).
     """
     settings = settings or SamplingSettings()

@@ -28,9 +28,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from . import decode as dec
-from . import laws
-from .nn import Transformer
+from specdec import decode as dec
+from specdec import laws
+from specdec.nn import Transformer
 
 __all__ = [
     "Clock",

@@ -33,8 +33,8 @@ from typing import Callable
 
 import numpy as np
 
-from .laws import LawError, check_int, check_law
-from .verify import check_rng
+from specdec.laws import LawError, check_int, check_law
+from specdec.verify import check_rng
 
 __all__ = [
     "ToyModel",

@@ -25,11 +25,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from . import decode as dec
-from . import laws
-from .measure import (Clock, Report, RequestMetrics, median_iqr, peak_memory, quartiles,
+from specdec import decode as dec
+from specdec import laws
+from specdec.measure import (Clock, Report, RequestMetrics, median_iqr, peak_memory, quartiles,
                       prompt_distribution, request_metrics, rotation, summarize)
-from .nn import Transformer
+from specdec.nn import Transformer
 
 __all__ = ["Setting", "step_costs", "compare", "concurrency", "cost_model_check"]
 
@@ -357,7 +357,7 @@ def cost_model_check(latency: Report, costs: Report) -> Report:
     -------
     Report
     """
-    from . import cost
+    from specdec import cost
 
     table = {(r["target"], r["gamma"]): r for r in costs.rows if r["batch"] == 1}
     base = {(r["language"], r["target"]): r for r in latency.rows if r.get("draft") is None}

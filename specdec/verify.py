@@ -1,9 +1,9 @@
 """The verification kernel: one exact speculative-sampling step over many rows at once.
 
 Every path of the library that verifies drafts calls :func:`verify` (the scalar and
-batched block cycles of :mod:`specdec.block`, the real-model decoder
-:func:`specdec.decode.speculative`, the correct samplers of :mod:`specdec.gallery`,
-:func:`specdec.token.sample_step`), and every inverse-CDF draw of the library is
+batched block cycles of :mod:`specdec.simulate.cycle`, the real-model decoder
+:func:`specdec.decode.speculative`, the correct samplers of :mod:`specdec.conformance.gallery`,
+:func:`specdec.step.sample_step`), and every inverse-CDF draw of the library is
 :func:`draw`. The Monte Carlo engines of :mod:`specdec.simulate` count cells of the unit
 interval instead of sampling rows (that is what makes them fast); their tests check them
 against the exact laws.
@@ -148,7 +148,7 @@ def residual_laws(p, q) -> np.ndarray:
     Returns
     -------
     numpy.ndarray, shape (..., V)
-        Row by row equal to :func:`specdec.token.residual`.
+        Row by row equal to :func:`specdec.step.residual`.
     """
     p = np.asarray(p, dtype=np.float64)
     plus = np.maximum(p - np.asarray(q, dtype=np.float64), 0.0)

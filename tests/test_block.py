@@ -7,12 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec import cost, stateful, stats
-from specdec.stateful import CYCLE_FLAWS, CYCLE_RULES
-from specdec.accounting import Accounting, accepted_prefix_length, account, account_counts
-from specdec.block import CycleResult, generate, simulate_cycles, simulate_generation, speculative_cycle
+from specdec import cost, stats
+from specdec.rules import cycle as stateful
+from specdec.rules.cycle import CYCLE_FLAWS, CYCLE_RULES
+from specdec.cost.accounting import Accounting, accepted_prefix_length, account, account_counts
+from specdec.simulate.cycle import CycleResult, generate, simulate_cycles, simulate_generation, speculative_cycle
 from specdec.laws import LawError, law_tv, tv_distance
-from specdec.stateful import block_sequence_law, cycle_accepted_law, cycle_length_law
+from specdec.rules.cycle import block_sequence_law, cycle_accepted_law, cycle_length_law
 from specdec.models import sequence_law as target_sequence_law  # the reference law
 from specdec.models import ToyModel, model_from_function, perturbed_draft, random_model, toy_pair
 

@@ -1,4 +1,4 @@
-"""Tests of the conformance kit (specdec.conformance) and of the gallery (specdec.gallery).
+"""Tests of the conformance kit (specdec.conformance) and of the gallery (specdec.conformance.gallery).
 
 The kit must (1) pass correct samplers, at the stated family-wise false-alarm rate over
 many seeds; (2) catch every bug of the gallery, on the cases built to show it; (3) check
@@ -21,7 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from specdec import block, conformance as C, gallery as G, kitstats, laws, models, stateful, stats, token, tokenrule, verify
+from specdec.simulate import cycle as block
+from specdec import conformance as C, laws, models, stats, step as token, verify
+from specdec.conformance import gallery as G
+from specdec.stats import gof as kitstats
+from specdec.rules import cycle as stateful, token as tokenrule
 from specdec.laws import LawError
 
 SEED = 20260925
@@ -34,7 +38,7 @@ SEED = 20260925
 
 def test_describe_sampler_from_marks_and_signatures():
     assert C.describe_sampler(G.vectorised_correct) == C.SamplerSpec(
-        "token", True, "laws", "specdec.gallery:vectorised_correct")
+        "token", True, "laws", "specdec.conformance.gallery:vectorised_correct")
     assert C.describe_sampler(G.processed_correct).inputs == "logits"
     assert C.describe_sampler(G.StaleProposalsSampler()).kind == "block"
     assert C.describe_sampler(G.library_generation).vectorised
@@ -320,7 +324,7 @@ def test_block_bugs_are_caught(entry):
 
 
 def test_stale_proposals_matches_the_library_exact_law():
-    """The gallery's bug 7 is specdec.block's "stale_proposals": same exact law."""
+    """The gallery's bug 7 is specdec.simulate.cycle's "stale_proposals": same exact law."""
     case = {c.name: c for c in C.block_cases()}["block_g4"]
     wrong = stateful.block_sequence_law(case.target, case.draft, (), 4, 4, stateful.STALE_PROPOSALS)
     exact_tv = laws.law_tv(wrong, models.sequence_law(case.target, (), 4))
@@ -426,7 +430,7 @@ def test_run_battery_validates_its_arguments(kwargs, message):
 
 def test_run_battery_rejects_non_callables():
     with pytest.raises(TypeError, match="sampler: must be callable"):
-        C.run_battery("specdec.gallery:vectorised_correct")
+        C.run_battery("specdec.conformance.gallery:vectorised_correct")
 
 
 # --------------------------------------------------------------------------------------
@@ -475,25 +479,25 @@ def test_assert_conforms_raises_with_the_report():
 
 
 def test_cli_exit_codes(capsys):
-    assert C.main(["specdec.gallery:vectorised_correct", "--trials", "5000", "--seed", "1"]) == 0
+    assert C.main(["specdec.conformance.gallery:vectorised_correct", "--trials", "5000", "--seed", "1"]) == 0
     assert "Conformance report: PASS" in capsys.readouterr().out
-    assert C.main(["specdec.gallery:greedy_draft", "--trials", "5000", "--cases", "article"]) == 1
+    assert C.main(["specdec.conformance.gallery:greedy_draft", "--trials", "5000", "--cases", "article"]) == 1
     assert "Conformance report: FAIL" in capsys.readouterr().out
-    assert C.main(["specdec.gallery:no_such_sampler"]) == 2
+    assert C.main(["specdec.conformance.gallery:no_such_sampler"]) == 2
     assert "has no attribute" in capsys.readouterr().err
     assert C.main(["no_such_module_xyz:f"]) == 2
-    assert C.main(["specdec.gallery"]) == 2          # a module, without ':function'
-    assert "write 'specdec.gallery:function'" in capsys.readouterr().err
-    assert C.main(["specdec.gallery:vectorised_correct", "--trials", "0"]) == 2
-    assert C.main(["specdec.gallery:vectorised_correct", "--cases", "block_g1"]) == 2
+    assert C.main(["specdec.conformance.gallery"]) == 2          # a module, without ':function'
+    assert "write 'specdec.conformance.gallery:function'" in capsys.readouterr().err
+    assert C.main(["specdec.conformance.gallery:vectorised_correct", "--trials", "0"]) == 2
+    assert C.main(["specdec.conformance.gallery:vectorised_correct", "--cases", "block_g1"]) == 2
     assert C.main([]) == 2
     assert C.main(["--list-cases"]) == 0
     assert "large_vocab" in capsys.readouterr().out
-    assert C.main(["specdec.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1"]) == 1
+    assert C.main(["specdec.conformance.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1"]) == 1
     assert "block sampler" in capsys.readouterr().out
     # --rule names the rule whose accepted-count law the counts follow (the old spelling too)
     for flag, name in (("--rule", "block"), ("--accepted-law", "block"), ("--rule", "token")):
-        assert C.main(["specdec.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1",
+        assert C.main(["specdec.conformance.gallery:NoRollbackSampler", "--trials", "200", "--cases", "block_g1",
                        flag, name]) == 1
         out = capsys.readouterr().out
         words = "block verification" if name == "block" else "token-by-token verification"
@@ -505,12 +509,12 @@ def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
     (tmp_path / "broken_syntax.py").write_text("def f(:\n")
     (tmp_path / "raises_at_import.py").write_text("raise RuntimeError('boom')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    ok = "specdec.gallery:vectorised_correct"
+    ok = "specdec.conformance.gallery:vectorised_correct"
     for argv, words in (
             (["broken_syntax:f"], ["sampler:", "SyntaxError"]),
             (["raises_at_import:f"], ["sampler:", "RuntimeError", "boom"]),
             (["no_such_module_xyz:f"], ["sampler:", "cannot import"]),
-            (["specdec.gallery:"], ["'specdec.gallery:function'"]),
+            (["specdec.conformance.gallery:"], ["'specdec.conformance.gallery:function'"]),
             ([ok, "--seed", "-1"], ["--seed"]),
             ([ok, "--false-alarm", "1.5"], ["--false-alarm"]),
             ([ok, "--trials", "10", "--resolution", "0.02"], ["--trials and --resolution"]),
@@ -518,13 +522,13 @@ def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
             ([ok, "--resolution", "0.02", "--budget", "5"], ["--resolution and --budget"]),
             ([ok, "--trials", "1000", "--plan"], ["--plan"]),
             ([ok, "--measure", "--plan"], ["--measure"]),
-            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
-            (["specdec.gallery:NoRollbackSampler", "--rule", "bogus"], ["--rule", "block", "token_residual"]),
-            (["specdec.gallery:NoRollbackSampler", "--rule", "block", "--accepted-law", "block"],
+            (["specdec.conformance.gallery:NoRollbackSampler", "--accepted-law", "bogus"], ["--accepted-law", "token"]),
+            (["specdec.conformance.gallery:NoRollbackSampler", "--rule", "bogus"], ["--rule", "block", "token_residual"]),
+            (["specdec.conformance.gallery:NoRollbackSampler", "--rule", "block", "--accepted-law", "block"],
              ["--rule: give the rule or --accepted-law, not both"]),
-            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "specdec.gallery:nosuch"],
+            (["specdec.conformance.gallery:NoRollbackSampler", "--accepted-law", "specdec.conformance.gallery:nosuch"],
              ["--accepted-law:", "has no attribute"]),
-            (["specdec.gallery:NoRollbackSampler", "--accepted-law", "json:dumps"],
+            (["specdec.conformance.gallery:NoRollbackSampler", "--accepted-law", "json:dumps"],
              ["--accepted-law: must be callable as law(target, draft, prefix, gamma)", "dumps"])):
         assert C.main(argv) == 2, argv
         err = capsys.readouterr().err
@@ -533,23 +537,23 @@ def test_cli_usage_errors_name_the_flag(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_plans_from_a_pilot_and_honours_a_budget(capsys):
-    assert C.main(["specdec.gallery:vectorised_correct", "--cases", "article,equal",
+    assert C.main(["specdec.conformance.gallery:vectorised_correct", "--cases", "article,equal",
                    "--budget", "1", "--plan"]) == 0
     out = capsys.readouterr()
     assert out.err.startswith("plan: budget 1 s:") and "detectable TV <=" in out.err
     assert "| article |" in out.out and "seconds (estimated)" in out.out
-    assert C.main(["specdec.gallery:vectorised_correct", "--cases", "article",
+    assert C.main(["specdec.conformance.gallery:vectorised_correct", "--cases", "article",
                    "--resolution", "0.02", "--timings"]) == 0
     out = capsys.readouterr()
     assert "plan: " in out.err and "Conformance report: PASS" in out.out
     assert "in the sampler" in out.out
-    assert C.main(["specdec.gallery:argmax_draft", "--cases", "article", "--trials", "20000",
+    assert C.main(["specdec.conformance.gallery:argmax_draft", "--cases", "article", "--trials", "20000",
                    "--proposals", "own"]) == 0
     assert "(declared)" in capsys.readouterr().out
 
 
 def test_cli_as_a_module():
-    cmd = [sys.executable, "-m", "specdec.conformance", "specdec.gallery:always_accept",
+    cmd = [sys.executable, "-m", "specdec.conformance", "specdec.conformance.gallery:always_accept",
            "--trials", "500", "--cases", "article,equal"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr

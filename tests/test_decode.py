@@ -59,7 +59,8 @@ def test_laws_errors_name_the_row():
 
 
 def test_stepwise_is_seeded_sized_and_refuses_bad_input_by_name():
-    from specdec import nn, tokenrule
+    from specdec import nn
+    from specdec.rules import token as tokenrule
 
     target = nn.Transformer.random(nn.TransformerConfig(1, 8, 2, 16), np.random.default_rng(0), "t")
     draft = nn.Transformer.random(nn.TransformerConfig(1, 8, 2, 16), np.random.default_rng(1), "d")

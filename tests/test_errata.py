@@ -14,8 +14,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from specdec import blockverify as bv
-from specdec import cycles, lossy, matching, optimality, rules, stats
+from specdec.rules import block as bv
+from specdec.rules import base as cycles, lossy, matching, optimality
+from specdec import rules, stats
 from specdec.laws import law_tv
 from specdec.models import sequence_law, toy_pair
 

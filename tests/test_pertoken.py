@@ -1,4 +1,4 @@
-"""Tests of the per-token exactness check (specdec.pertoken and its served use in
+"""Tests of the per-token exactness check (specdec.stats.pertoken and its served use in
 specdec.client.exactness): exact values of the randomised PIT, calibration over seeds,
 power against biased samplers, the detectable-TV formula by simulation, pooled top-k
 laws, and a flawed in-process decoder of the library fed through the same check."""
@@ -13,8 +13,9 @@ from hypothesis import given, settings, strategies as st
 from scipy import stats as sps
 
 from specdec import decode as dec
-from specdec import nn, tokenrule
-from specdec import pertoken as pt
+from specdec import nn
+from specdec.rules import token as tokenrule
+from specdec.stats import pertoken as pt
 from specdec.client import tokencheck as tc
 from specdec.laws import tv_distance
 

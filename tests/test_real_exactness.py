@@ -10,7 +10,7 @@ below 5 are pooled into one cell (pooling is a fixed function of the tokens, so 
 counts follow the pooled law exactly and the bound still holds).
 
 On the real llama-server (skipped when it is not built: ``make engine``), the per-token
-check (:mod:`specdec.pertoken`) tests every emitted token: the plain and the speculative
+check (:mod:`specdec.stats.pertoken`) tests every emitted token: the plain and the speculative
 servers pass with the numerical disagreement measured on the plain one as the tolerance,
 and the positive controls fail: the server sampling at another temperature than the
 client's law, and llama.cpp's synthetic acceptance (``--spec-synth-len``). Each test sends

@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec import blockverify as bv
-from specdec import conformance, cycles, lossy, matching, multidraft as md, kitstats, rules, stats, tokenrule
-from specdec.stateful import cycle_accepted_law as token_accepted_law
+from specdec.rules import block as bv
+from specdec import conformance, rules, stats
+from specdec.rules import base as cycles, lossy, matching, trees as md, token as tokenrule
+from specdec.stats import gof as kitstats
+from specdec.rules.cycle import cycle_accepted_law as token_accepted_law
 from specdec.laws import law_tv
 from specdec.laws import LawError
 from specdec.laws import tv_distance as laws_tv
@@ -466,18 +468,18 @@ def test_measure_loss_interval_covers_exact_tv():
 
 
 def test_measure_loss_token_and_cli(capsys):
-    from specdec import gallery
+    from specdec.conformance import gallery
 
     r = conformance.measure_loss(gallery.vectorised_correct, cases=["article"], trials=50_000, seed=3,
                                  confidence=1 - 1e-9)
     assert r.cases[0].tv.low == 0.0 and r.cases[0].kl.estimate < 1e-3
-    assert conformance.main(["specdec.gallery:vectorised_correct", "--measure", "--cases", "article",
+    assert conformance.main(["specdec.conformance.gallery:vectorised_correct", "--measure", "--cases", "article",
                              "--trials", "2000"]) == 0
     assert "| article | 2,000 |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="batch"):
         conformance.measure_loss(lambda tl, dp, dt, nd, st, rng: None, kind="batch")
     # the accepted-count law is a block convention: a token sampler with one is a usage error
-    assert conformance.main(["specdec.gallery:vectorised_correct", "--accepted-law", "block", "--cases",
+    assert conformance.main(["specdec.conformance.gallery:vectorised_correct", "--accepted-law", "block", "--cases",
                              "article", "--trials", "100"]) == 2
     assert "block samplers only" in capsys.readouterr().err
 

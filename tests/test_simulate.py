@@ -19,9 +19,10 @@ from specdec.simulate import (
     simulate_tokens,
 )
 from specdec.stats import assert_law
-from specdec import simulate, tokenrule
-from specdec.tokenrule import STEP_RULES
-from specdec.token import ARTICLE_P, ARTICLE_Q, output_law
+from specdec import simulate
+from specdec.rules import token as tokenrule
+from specdec.rules.token import STEP_RULES
+from specdec.step import ARTICLE_P, ARTICLE_Q, output_law
 
 P, Q = np.array(ARTICLE_P), np.array(ARTICLE_Q)
 
@@ -130,7 +131,7 @@ def test_simulate_step_many_tokens_uses_binary_search_path():
     [
         ({"trials": 0}, "trials: must be an integer >= 1 (got 0)"),
         ({"chunk": 0}, "chunk: must be an integer >= 1 (got 0)"),
-        ({"rules": (tokenrule.TOKEN, "fallback_p")}, "rules: must be a token-by-token rule of specdec.tokenrule"),
+        ({"rules": (tokenrule.TOKEN, "fallback_p")}, "rules: must be a token-by-token rule of specdec.rules.token"),
         ({"rules": ()}, "rules: must name at least one rule"),
         ({"dtype": np.int32}, "dtype: must be float32 or float64"),
         ({"rng": np.random.RandomState(0)}, "rng: must be a numpy.random.Generator"),

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from specdec import kitstats, tokenrule
+from specdec.stats import gof as kitstats
+from specdec.rules import token as tokenrule
 from specdec.laws import LawError
 from specdec.stats import (
     GofResult,
@@ -24,7 +25,7 @@ from specdec.stats import (
     tv_ci,
     z_scores,
 )
-from specdec.token import ARTICLE_P, ARTICLE_Q, output_law
+from specdec.step import ARTICLE_P, ARTICLE_Q, output_law
 
 P = np.array(ARTICLE_P)
 CORRECT = [100018, 59688, 40294]

@@ -1,4 +1,4 @@
-"""Tests for specdec.token: the article's example, edge cases, every rule's exact law."""
+"""Tests for specdec.step: the article's example, edge cases, every rule's exact law."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from specdec import tokenrule
-from specdec.tokenrule import STEP_RULES
+from specdec.rules import token as tokenrule
+from specdec.rules.token import STEP_RULES
 from specdec.laws import LawError, check_law, sampling_law, softmax, tv_distance
 from specdec.stats import assert_law
-from specdec.token import (
+from specdec.step import (
     ARTICLE_P,
     ARTICLE_Q,
     StepLaw,
@@ -148,7 +148,7 @@ def test_validation_messages():
         output_law(P, [0.25] * 4)
     with pytest.raises(LawError, match=r"^p: probabilities must sum to 1"):
         residual([0.5, 0.3, 0.1], Q)
-    with pytest.raises(TypeError, match=r"^rule: must be a token-by-token rule of specdec.tokenrule"):
+    with pytest.raises(TypeError, match=r"^rule: must be a token-by-token rule of specdec.rules.token"):
         output_law(P, Q, "fallback_p")
     with pytest.raises(TypeError, match=r"^rng: must be a numpy.random.Generator"):
         sample_step(P, Q, np.random.RandomState(0))

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec import token
+from specdec import step as token
 from specdec.stats import assert_law
-from specdec.token import ARTICLE_P, ARTICLE_Q
+from specdec.step import ARTICLE_P, ARTICLE_Q
 from specdec.verify import cdf, check_rng, draw, residual_laws, speculative_accept, verify
 
 from strategies import laws, pairs, verify_rows  # noqa: E402

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec import cost, dependence, stats
-from specdec import workloads as W
+from specdec import cost, stats
+from specdec.stats import dependence
+from specdec.cost import workloads as W
 from specdec.laws import LawError
 
 FALSE_ALARM = 1e-9

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .prose import pvalue_text, sci, signed_percent
+from specdec.book.prose import pvalue_text, sci, signed_percent
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "g_beyond_batch",

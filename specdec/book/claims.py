@@ -26,8 +26,9 @@ from typing import Callable
 
 import numpy as np
 
-from .. import simulate, stats, token, tokenrule
-from ..laws import tv_distance
+from specdec import simulate, stats, step as token
+from specdec.rules import token as tokenrule
+from specdec.laws import tv_distance
 
 __all__ = ["Claim", "CLAIMS", "RELATIONS", "claim", "check", "ledger", "article_run_frequencies"]
 
@@ -227,19 +228,19 @@ _SECTION_1_4: tuple[Claim, ...] = (
 # Sections 5-8 (token to block, cost model, limits of the model, measurements).
 # Append Claim(...) entries to this tuple; keys start with "s5_" ... "s8_".
 # ======================================================================================
-# Recomputations import specdec.cost / specdec.block lazily, so that importing the claims
+# Recomputations import specdec.cost / specdec.simulate.cycle lazily, so that importing the claims
 # table stays cheap and free of import cycles.
 
 
 def _cost():
-    from .. import cost
+    from specdec import cost
     return cost
 
 
 def _cycle_extremes() -> tuple[float, float]:
     """(fewest tokens, most tokens - gamma) emitted by one exact cycle, over gamma 1..4."""
-    from ..stateful import cycle_length_law
-    from ..models import toy_pair
+    from specdec.rules.cycle import cycle_length_law
+    from specdec.models import toy_pair
     lo, hi = np.inf, -np.inf
     for target, draft in (toy_pair(), toy_pair(3, seed=3, eos=None)):
         for gamma in (1, 2, 3, 4):

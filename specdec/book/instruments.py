@@ -28,10 +28,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import client as cl
-from .. import nn
-from ..laws import check_int
-from ..measure import rotation
+from specdec import client as cl
+from specdec import nn
+from specdec.laws import check_int
+from specdec.measure import rotation
 
 __all__ = ["thread_times", "pass_times", "step_times", "first_token_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
            "interleave_languages", "distinct_ngram_share", "ratio_interval", "memory_bandwidth",

@@ -39,12 +39,12 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import client as cl
-from .. import decode as dec
-from .. import nn
-from ..client import exactness as ex
-from ..measure import idle_cores, rotation
-from .instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, interleave_languages,
+from specdec import client as cl
+from specdec import decode as dec
+from specdec import nn
+from specdec.client import exactness as ex
+from specdec.measure import idle_cores, rotation
+from specdec.book.instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, interleave_languages,
                           last_level_cache,
                           memory_bandwidth, pass_times, predicted_speedup, run_context, step_times,
                           sampled_protocol, weight_bytes, window_costs)
@@ -117,7 +117,7 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
                        false_alarm: float = 1e-6, max_requests: int = 5000,
                        log=lambda *_: None) -> dict:
     """Per-token exactness of one target served with and without the draft, and its
-    positive controls, every emitted token tested (:mod:`specdec.pertoken`).
+    positive controls, every emitted token tested (:mod:`specdec.stats.pertoken`).
 
     Three llama-servers run, at most ``threads`` threads each: the target plain, the target with
     the draft (draft length ``gamma``), and the target with the draft and llama.cpp's
@@ -137,7 +137,7 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
        no truncation; two servers' requests in flight at once, so both cores work):
        ``plain`` and ``speculative`` get as many requests as make the detectable
        per-token TV ``resolution`` at the measured tolerance
-       (:func:`specdec.pertoken.tokens_for`, two orderings; enough more for a share
+       (:func:`specdec.stats.pertoken.tokens_for`, two orderings; enough more for a share
        ``stop_share`` of positions lost to responses that stop early), at the *same*
        seeds: llama.cpp's rule consumes one
        random draw per emitted token, so where both are exact alike they emit the same
@@ -194,7 +194,7 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
     Returns
     -------
     dict
-        ``plain``, ``speculative``: :meth:`specdec.pertoken.PerTokenCheck.to_dict`;
+        ``plain``, ``speculative``: :meth:`specdec.stats.pertoken.PerTokenCheck.to_dict`;
         ``controls``: ``{"synthetic": ..., "top_k": ...}`` likewise; ``disagreement``
         (``positions``, ``max_tv``, ...); ``same_text`` (``requests`` and how many
         of them gave the plain and the speculative server the same text);
@@ -220,14 +220,14 @@ def pertoken_exactness(engine, target: str, *, draft: str = "draft", gamma: int,
 
     Source: the randomised probability integral transform (Rosenblatt 1952; Diebold,
     Gunther and Tay 1998, sec. 2) with Holm's procedure over orderings; see
-    :mod:`specdec.pertoken`.
+    :mod:`specdec.stats.pertoken`.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..client import tokencheck as tc
+    from specdec.client import tokencheck as tc
 
-    from ..laws import check_real
-    from ..pertoken import tokens_for
+    from specdec.laws import check_real
+    from specdec.stats.pertoken import tokens_for
 
     for name, value in (("max_tokens", max_tokens), ("control_requests", control_requests),
                         ("gamma", gamma), ("slots", slots), ("threads", threads),

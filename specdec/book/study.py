@@ -15,12 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import decode as dec
-from ..measure import Clock, Report, environment, limit_blas_threads, model_info, \
+from specdec import decode as dec
+from specdec.measure import Clock, Report, environment, limit_blas_threads, model_info, \
     prompt_distribution
-from ..nn import LANGUAGES, load_heldout, load_manifest, load_model
-from ..protocol import Setting, compare, concurrency, cost_model_check, step_costs
-from .tables import metadata_markdown, report_markdown
+from specdec.nn import LANGUAGES, load_heldout, load_manifest, load_model
+from specdec.protocol import Setting, compare, concurrency, cost_model_check, step_costs
+from specdec.book.tables import metadata_markdown, report_markdown
 
 __all__ = ["Study", "study_prompts", "run_study"]
 

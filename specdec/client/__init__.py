@@ -21,7 +21,7 @@ Modules, by idea:
   server tokens, and the paired, interleaved baseline-versus-speculative protocol; a run
   that fails raises :class:`RunFailed` with what it measured before the failure.
 - :mod:`specdec.client.tokencheck`: the served engine's law, black box, token by token:
-  every emitted token against the law of its position (:mod:`specdec.pertoken`; laws
+  every emitted token against the law of its position (:mod:`specdec.stats.pertoken`; laws
   computed by the book's models, or the server's reported top log-probabilities with the
   rest pooled).
 - :mod:`specdec.client.exactness`: the assumption-free cross-check: seeded draws of the
@@ -69,7 +69,7 @@ Times are the client's :func:`time.perf_counter` in seconds.
 With ``--exactness``, the file holds ``schema``, ``command``, ``endpoint``, with
 ``--exactness model`` and no ``--tolerance`` ``disagreement`` (:func:`specdec.client.
 tokencheck.engine_disagreement`: ``positions``, ``max_tv``, ``median_tv``, ``max_abs``), and
-``exactness``: the fields of :class:`specdec.pertoken.PerTokenCheck` (``passed``,
+``exactness``: the fields of :class:`specdec.stats.pertoken.PerTokenCheck` (``passed``,
 ``pvalue``, ``pvalues``, ``adjusted`` and ``means`` per ordering, ``tokens``,
 ``positions``, ``requests``, ``impossible``, ``false_alarm``, ``power``, ``tolerance``,
 ``detectable_tv``, ``message``) and ``extra`` (``laws``, ``settings``, ``request_fields``,
@@ -79,9 +79,9 @@ tokencheck.engine_disagreement`: ``positions``, ``max_tv``, ``median_tv``, ``max
 Used in Chapter 8.
 """
 
-from .load import (Run, RunFailed, acceptance, arrival_times, closed_loop, failure_record,
+from specdec.client.load import (Run, RunFailed, acceptance, arrival_times, closed_loop, failure_record,
                    goodput, open_loop, paired, prompt_lengths, summarize_run, tokenize)
-from .stream import (ClientError, Endpoint, RequestRecord, RequestSpec, SSELines, plain_sampling,
+from specdec.client.stream import (ClientError, Endpoint, RequestRecord, RequestSpec, SSELines, plain_sampling,
                      sse_data, stream_request)
 
 SCHEMA = "specdec.client/1"

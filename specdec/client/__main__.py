@@ -13,7 +13,7 @@ results file is still written, with every request measured before it and the fai
 (``"complete": false``, ``"failure"``: request, error, time).
 
 Exactness, per token (``--exactness``): seeded requests, and every emitted token tested
-against the law it should have been drawn from (:mod:`specdec.pertoken`: randomised
+against the law it should have been drawn from (:mod:`specdec.stats.pertoken`: randomised
 probability integral transform, a mean test per ordering, Holm). ``--exactness reported``
 works with any OpenAI-compatible server that returns log-probabilities: the law of each
 position is the reported top ``--top-logprobs`` tokens with the rest pooled, ordered by the
@@ -41,10 +41,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import SCHEMA
-from .load import (NoTokenizer, RunFailed, closed_loop, failure_record, open_loop, paired,
+from specdec.client import SCHEMA
+from specdec.client.load import (NoTokenizer, RunFailed, closed_loop, failure_record, open_loop, paired,
                    prompt_lengths, summarize_run)
-from .stream import ClientError, Endpoint, RequestSpec, plain_sampling
+from specdec.client.stream import ClientError, Endpoint, RequestSpec, plain_sampling
 
 INCOMPLETE = 3                      # exit status: a request failed; results so far written
 
@@ -123,7 +123,7 @@ def _prompts(args) -> dict[str, list[str]]:
             raise ValueError(f"--prompts {args.prompts}: must be a JSON object "
                              f'{{"language": ["prompt", ...]}} with non-empty lists')
     else:
-        from ..nn import load_heldout
+        from specdec.nn import load_heldout
         data = {k: v["prompts"] for k, v in load_heldout().items()}
     if args.languages:
         wanted = [x.strip() for x in args.languages.split(",") if x.strip()]
@@ -253,8 +253,8 @@ def main(argv=None) -> int:
 
 
 def _exactness(args, argv) -> int:
-    from ..decode import SamplingSettings
-    from . import tokencheck as tc
+    from specdec.decode import SamplingSettings
+    from specdec.client import tokencheck as tc
 
     try:
         endpoint = _endpoint("--endpoint", args.endpoint, args)
@@ -294,7 +294,7 @@ def _exactness(args, argv) -> int:
             if args.tolerance is None and base is None:
                 raise ValueError("--tolerance: give it, or --baseline URL (a plain server "
                                  "of the same target) to measure it")
-            from ..nn import load_model
+            from specdec.nn import load_model
             try:
                 models = (load_model(args.target),
                           None if args.draft is None else load_model(args.draft))

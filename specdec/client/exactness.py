@@ -38,8 +38,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from .. import stats
-from .stream import ClientError, Endpoint, plain_sampling, post_all
+from specdec import stats
+from specdec.client.stream import ClientError, Endpoint, plain_sampling, post_all
 
 __all__ = ["first_tokens", "LawCheck", "first_tokens_law_test", "TwoSample", "two_sample",
            "same_seed_identity", "pad_law"]

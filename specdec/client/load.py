@@ -33,8 +33,8 @@ from typing import Callable, Mapping, Sequence
 import httpx
 import numpy as np
 
-from ..measure import median_iqr, percentiles, quartiles, rotation
-from .stream import (ClientError, Endpoint, RequestRecord, RequestSpec, run_async,
+from specdec.measure import median_iqr, percentiles, quartiles, rotation
+from specdec.client.stream import (ClientError, Endpoint, RequestRecord, RequestSpec, run_async,
                      stream_request, tls_context)
 
 __all__ = ["arrival_times", "Run", "RunFailed", "failure_record", "closed_loop", "open_loop",
@@ -452,7 +452,7 @@ def paired(endpoints: Mapping[str, Endpoint], prompts: Mapping[str, Sequence[str
         complete runs, speedups from repeats with both runs complete); the failure
         names the repeat and language.
     """
-    from .stream import plain_sampling
+    from specdec.client.stream import plain_sampling
 
     if baseline not in endpoints:
         raise ValueError(f"baseline: {baseline!r} is not one of the settings {sorted(endpoints)}")

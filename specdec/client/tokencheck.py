@@ -1,7 +1,7 @@
 """Exactness of a served engine, token by token: every emitted token is evidence.
 
 Seeded responses, and every token of every response tested against the law it should have
-been drawn from (:mod:`specdec.pertoken`: the randomised probability integral transform, a
+been drawn from (:mod:`specdec.stats.pertoken`: the randomised probability integral transform, a
 mean test per ordering, Holm): laws computed from the same weights
 (:func:`native_responses`, :func:`model_pertoken_check`; the book's models on llama.cpp's
 ``/completion``) or the server's reported top log-probabilities with the rest pooled
@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .stream import ClientError, Endpoint, plain_sampling, post_all
+from specdec.client.stream import ClientError, Endpoint, plain_sampling, post_all
 
 __all__ = ["Response", "native_responses", "reported_responses", "response_law_table",
            "model_pertoken_check",
@@ -300,7 +300,7 @@ def response_law_table(responses: Sequence[Response], target, draft=None, *, set
     -------
     dict
         ``(prompt, tokens) -> (p, q)``: arrays of shape (len(tokens), vocabulary), ``q``
-        None without a draft (:func:`specdec.pertoken.response_laws`).
+        None without a draft (:func:`specdec.stats.pertoken.response_laws`).
 
     Raises
     ------
@@ -309,9 +309,9 @@ def response_law_table(responses: Sequence[Response], target, draft=None, *, set
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from .. import pertoken as pt
-    from ..measure import limit_blas_threads
-    from ..nn import encode
+    from specdec.stats import pertoken as pt
+    from specdec.measure import limit_blas_threads
+    from specdec.nn import encode
 
     if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
         raise ValueError(f"workers: must be an integer >= 1 (got {workers!r})")
@@ -343,10 +343,10 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
 
     For each response, one forward pass of ``target`` (and of ``draft``) over the prompt
     and the response gives the law of every emitted position
-    (:func:`response_law_table`, :func:`specdec.pertoken.response_laws`); each token is
+    (:func:`response_law_table`, :func:`specdec.stats.pertoken.response_laws`); each token is
     transformed along the orderings ``draft_over_target`` (with a draft) and ``target``
-    (:func:`specdec.pertoken.randomized_pit`, uniforms from ``rng``), stopped responses
-    are padded with fresh uniforms, and :func:`specdec.pertoken.pertoken_test` decides.
+    (:func:`specdec.stats.pertoken.randomized_pit`, uniforms from ``rng``), stopped responses
+    are padded with fresh uniforms, and :func:`specdec.stats.pertoken.pertoken_test` decides.
 
     Parameters
     ----------
@@ -360,7 +360,7 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
         Positions per response (the padding's length).
     rng : numpy.random.Generator
     false_alarm, power, tolerance : float
-        See :func:`specdec.pertoken.pertoken_test`.
+        See :func:`specdec.stats.pertoken.pertoken_test`.
     extra : mapping, optional
     table : mapping, optional
         Laws already computed (:func:`response_law_table` of the same models and
@@ -368,7 +368,7 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
 
     Returns
     -------
-    specdec.pertoken.PerTokenCheck
+    specdec.stats.pertoken.PerTokenCheck
         ``extra`` holds ``distinct_texts`` (responses whose laws were computed here or
         looked up, counted once per distinct text).
 
@@ -377,8 +377,8 @@ def model_pertoken_check(responses: Sequence[Response], target, draft=None, *,
     ValueError
         No responses, a response longer than ``max_tokens``.
     """
-    from .. import pertoken as pt
-    from ..verify import check_rng
+    from specdec.stats import pertoken as pt
+    from specdec.verify import check_rng
 
     rng = check_rng(rng)
     if not responses:
@@ -430,7 +430,7 @@ def reported_pertoken_check(responses: Sequence[Response], *, max_tokens: int, r
     """Per-token check of responses against the probabilities the server reported.
 
     At each position the law is the reported top ``top_logprobs`` tokens with the rest
-    pooled into one cell (:func:`specdec.pertoken.pooled_top_cells`), ordered by the
+    pooled into one cell (:func:`specdec.stats.pertoken.pooled_top_cells`), ordered by the
     reported probability (the ``target`` ordering, pooled cell last); a token outside
     the top is randomised over the pooled cell as one cell.
 
@@ -447,10 +447,10 @@ def reported_pertoken_check(responses: Sequence[Response], *, max_tokens: int, r
 
     Returns
     -------
-    specdec.pertoken.PerTokenCheck
+    specdec.stats.pertoken.PerTokenCheck
     """
-    from .. import pertoken as pt
-    from ..verify import check_rng
+    from specdec.stats import pertoken as pt
+    from specdec.verify import check_rng
 
     rng = check_rng(rng)
     if not responses:
@@ -511,7 +511,7 @@ def engine_disagreement(endpoint: Endpoint, prompts: Sequence[str], model, setti
 
     llama.cpp's ``/completion`` with ``n_probs`` = the vocabulary and
     ``post_sampling_probs`` reports the law its sampler used at each position (after the
-    temperature); :func:`specdec.pertoken.response_laws` computes numpy's. The server
+    temperature); :func:`specdec.stats.pertoken.response_laws` computes numpy's. The server
     leaves out tokens that end inside a UTF-8 character (entries are matched to positions
     by the same rule, and by token id) and reports nothing for those of its speculative
     path (empty entries are skipped): a measurement, so the choice of positions biases
@@ -537,9 +537,9 @@ def engine_disagreement(endpoint: Endpoint, prompts: Sequence[str], model, setti
     ClientError
         A request failed, or no position could be compared.
     """
-    from .. import pertoken as pt
-    from ..measure import limit_blas_threads
-    from ..nn import encode
+    from specdec.stats import pertoken as pt
+    from specdec.measure import limit_blas_threads
+    from specdec.nn import encode
 
     _check_request_args(prompts, requests, max_tokens, settings.temperature, seed)
     vocab = model.config.vocab_size
@@ -591,7 +591,7 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
 
     Sends ``requests`` seeded requests (prompts in turn, seeds ``seed`` to
     ``seed + requests - 1``), then tests every emitted token
-    (:mod:`specdec.pertoken`): ``laws="model"`` computes each position's law from the
+    (:mod:`specdec.stats.pertoken`): ``laws="model"`` computes each position's law from the
     book's models (:func:`native_responses`, :func:`model_pertoken_check`; llama.cpp's
     ``/completion``), ``laws="reported"`` takes the server's reported top
     log-probabilities (:func:`reported_responses`, :func:`reported_pertoken_check`; any
@@ -628,7 +628,7 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
 
     Returns
     -------
-    specdec.pertoken.PerTokenCheck
+    specdec.stats.pertoken.PerTokenCheck
         ``extra`` holds ``seconds`` (requests and test), ``requests_seconds``.
 
     Raises
@@ -640,7 +640,7 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
     """
     import time
 
-    from ..decode import SamplingSettings
+    from specdec.decode import SamplingSettings
 
     settings = SamplingSettings() if settings is None else settings
     fields = dict(extra or {})

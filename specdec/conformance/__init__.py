@@ -38,7 +38,7 @@ Block sampler
     ``vocab_size``, ``eos``) from the confirmed ``prefix`` (tuple of token ids) with draft
     length ``gamma``. It returns the emitted tokens (a sequence of 1 to ``gamma + 1``
     ids), or ``(emitted, n_accepted, n_proposed)``, or an object with ``emitted``,
-    ``n_accepted`` and ``n_proposed`` attributes (:class:`specdec.block.CycleResult`). The
+    ``n_accepted`` and ``n_proposed`` attributes (:class:`specdec.simulate.cycle.CycleResult`). The
     kit decodes by calling it repeatedly, appending what it emits to the prefix, until
     ``length`` tokens or end-of-sequence, and compares the law of the decoded sequence
     with the target's exact sequence law (:func:`specdec.models.sequence_law`). A sampler
@@ -49,7 +49,7 @@ Block sampler, vectorised
     to ``length`` tokens. Returns a ``(n, length)`` integer array padded with ``-1``, or
     an object with ``tokens`` (and optionally ``n_tokens`` and the per-cycle arrays
     ``sequence``, ``n_emitted``, ``n_accepted``, ``n_proposed``, ``hit_eos``), such as
-    :class:`specdec.block.GenerationBatch`. Mark it ``@block_sampler(vectorised=True)``.
+    :class:`specdec.simulate.cycle.GenerationBatch`. Mark it ``@block_sampler(vectorised=True)``.
 
 Batch sampler
     ``f(target_logits, draft_probs, draft_tokens, n_draft, settings, rng)``: one call
@@ -65,7 +65,7 @@ Accounting
     ``n_accepted = len(emitted) - 1`` (``= len(emitted)`` when the cycle ends at an
     accepted end-of-sequence) and ``0 <= n_accepted <= n_proposed <= gamma``, in every
     cycle; and the accepted count of the first cycle of each decode must follow its
-    exact law (:func:`specdec.stateful.cycle_accepted_law`). Accepts after the first
+    exact law (:func:`specdec.rules.cycle.cycle_accepted_law`). Accepts after the first
     rejection must not be counted: ``[accept, reject, accept, accept]`` counts 1.
     That law is token-by-token verification's; a block sampler that verifies otherwise
     (block verification, a draft tree, the matching rule) names the accepted-count law of
@@ -123,7 +123,8 @@ References
 Examples
 --------
 >>> import numpy as np
->>> from specdec import conformance, gallery
+>>> from specdec import conformance
+>>> from specdec.conformance import gallery
 >>> report = conformance.run_battery(gallery.vectorised_correct, seed=1,
 ...                                  cases=["article", "spread_residual"], trials=20_000)
 >>> report.passed
@@ -135,18 +136,18 @@ False
 
 from __future__ import annotations
 
-from specdec.kitstats import Binning, detectable_tv, holm_adjust, pool_cells
+from specdec.stats.gof import Binning, detectable_tv, holm_adjust, pool_cells
 
-from .pilot import plan_battery
-from .plan import DEFAULT_RESOLUTION, Plan
-from .cases import (BATCH_CASE_NAMES, BLOCK_CASE_NAMES, CASE_NAMES, RULE_CASE_NAMES, BatchCase, BlockCase,
+from specdec.conformance.pilot import plan_battery
+from specdec.conformance.plan import DEFAULT_RESOLUTION, Plan
+from specdec.conformance.cases import (BATCH_CASE_NAMES, BLOCK_CASE_NAMES, CASE_NAMES, RULE_CASE_NAMES, BatchCase, BlockCase,
                     TokenCase, batch_cases, block_cases, rule_cases, token_cases)
-from .conventions import (ACCEPTED_LAWS, SamplerSpec, batch_sampler, block_sampler, describe_sampler,
+from specdec.conformance.conventions import (ACCEPTED_LAWS, SamplerSpec, batch_sampler, block_sampler, describe_sampler,
                           load_sampler, token_sampler)
-from .loss import CaseLoss, LossReport, measure_loss
-from .report import CaseResult, Check, CycleAccounting, Report
-from .checks import run_case
-from .runner import assert_conforms, run_battery
+from specdec.conformance.loss import CaseLoss, LossReport, measure_loss
+from specdec.conformance.report import CaseResult, Check, CycleAccounting, Report
+from specdec.conformance.checks import run_case
+from specdec.conformance.runner import assert_conforms, run_battery
 
 __all__ = [
     "SamplerSpec",
@@ -190,6 +191,6 @@ __all__ = [
 
 def main(argv=None) -> int:
     """Command-line entry point (``python -m specdec.conformance``); see :mod:`specdec.conformance.__main__`."""
-    from .__main__ import main as _main
+    from specdec.conformance.__main__ import main as _main
 
     return _main(argv)

@@ -15,14 +15,14 @@ import argparse
 import sys
 from typing import Sequence
 
-from .cases import (BLOCK_CASE_NAMES, RULE_CASE_NAMES, batch_cases, block_cases, rule_cases,
+from specdec.conformance.cases import (BLOCK_CASE_NAMES, RULE_CASE_NAMES, batch_cases, block_cases, rule_cases,
                     token_cases)
-from .conventions import (ACCEPTED_LAWS, AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED,
+from specdec.conformance.conventions import (ACCEPTED_LAWS, AUTO, BATCH, BLOCK, COUNTED, FROM_Q, LAWS, LOGITS, NOT_COUNTED,
                           OWN, TOKEN, check_accepted_law, describe_sampler, load_sampler)
-from .loss import measure_loss
-from .checks import resolve_cases
-from .pilot import plan_battery
-from .runner import run_battery
+from specdec.conformance.loss import measure_loss
+from specdec.conformance.checks import resolve_cases
+from specdec.conformance.pilot import plan_battery
+from specdec.conformance.runner import run_battery
 
 
 def main(argv: Sequence[str] | None = None) -> int:

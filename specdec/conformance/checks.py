@@ -16,15 +16,17 @@ import zlib
 
 import numpy as np
 
-from specdec import kitstats, laws, rules, stats, tokenrule, verify
+from specdec.stats import gof as kitstats
+from specdec import laws, rules, stats, verify
+from specdec.rules import token as tokenrule
 
-from . import plan
-from .cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, rule_cases, token_cases
-from .conventions import (AUTO, BATCH, BLOCK, COUNTED, FROM_Q, NOT_COUNTED, OWN, TOKEN, SamplerSpec,
+from specdec.conformance import plan
+from specdec.conformance.cases import BatchCase, BlockCase, TokenCase, batch_cases, block_cases, rule_cases, token_cases
+from specdec.conformance.conventions import (AUTO, BATCH, BLOCK, COUNTED, FROM_Q, NOT_COUNTED, OWN, TOKEN, SamplerSpec,
                           describe_sampler)
-from .diagnosis import impossible_message
-from .drive import Malformed, call_token, encode_sequences, run_block_scalar, run_block_vectorised, tally_tokens
-from .report import CaseResult, Check, CycleAccounting
+from specdec.conformance.diagnosis import impossible_message
+from specdec.conformance.drive import Malformed, call_token, encode_sequences, run_block_scalar, run_block_vectorised, tally_tokens
+from specdec.conformance.report import CaseResult, Check, CycleAccounting
 
 __all__ = ["gof_check", "failed_call", "token_accounting", "run_token_case", "accepted_law_of", "declared_accepted_law",
            "sequence_counts", "run_block_case", "run_batch_case", "case_rng", "resolve_cases",

@@ -77,7 +77,7 @@ class SamplerSpec:
     accepted_eos : {"auto", "counted", "not_counted"}
         Block accounting convention: a cycle that ends at an *accepted* end-of-sequence
         proposal reports it among the accepted proposals (``"counted"``, as
-        :mod:`specdec.block` does) or not (``"not_counted"``, as Hugging Face transformers
+        :mod:`specdec.simulate.cycle` does) or not (``"not_counted"``, as Hugging Face transformers
         does: it reports ``n_matches = L - 1``). ``"auto"``: ``"counted"`` if some cycle
         reports it, else ``"not_counted"``.
     accepted_law : str, callable or None
@@ -373,8 +373,8 @@ def _registry_sampler(name: str):
         No rule of :mod:`specdec.rules` has that name (the message lists them), or the rule
         has no procedure to sample (an error in a formula, such as ``m_plus_r``).
     """
-    from .. import rules
-    from ..rules import RuleSampler
+    from specdec import rules
+    from specdec.rules import RuleSampler
 
     try:
         rule = rules.get_rule(name)
@@ -395,7 +395,7 @@ def load_sampler(target: str, what: str = "sampler"):
     --cases rules_far_g3`` shows what a flaw of the registry looks like to the kit.
 
     A class is instantiated without arguments (stateful samplers such as
-    :class:`specdec.gallery.StaleProposals`).
+    :class:`specdec.conformance.gallery.StaleProposals`).
 
     Parameters
     ----------

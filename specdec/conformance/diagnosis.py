@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .conventions import BATCH, BLOCK, TOKEN
-from .report import CaseResult, format_pvalue
+from specdec.conformance.conventions import BATCH, BLOCK, TOKEN
+from specdec.conformance.report import CaseResult, format_pvalue
 
 __all__ = ["impossible_message", "LAW_CAUSES", "BLOCK_LAW_CAUSE", "BATCH_LAW_CAUSE", "diagnose"]
 

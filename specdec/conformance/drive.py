@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import BlockCase, TokenCase
-from .conventions import CHUNK, LOGITS, SamplerSpec
+from specdec.conformance.cases import BlockCase, TokenCase
+from specdec.conformance.conventions import CHUNK, LOGITS, SamplerSpec
 
 __all__ = ["Malformed", "call_token", "tally_tokens", "encode_sequences", "Cycles",
            "run_block_scalar", "run_block_vectorised"]

@@ -64,9 +64,9 @@ import numpy as np
 
 from specdec import laws
 
-from .conventions import block_sampler, token_sampler
-from .torchrng import seed_torch
-from .hf_models import (EOS, generate_cases, has_mode, release, tiny_different_tokenizer,
+from specdec.conformance.conventions import block_sampler, token_sampler
+from specdec.conformance.torchrng import seed_torch
+from specdec.conformance.hf_models import (EOS, generate_cases, has_mode, release, tiny_different_tokenizer,
                         tiny_models, toy_view, verifies_with_draft_logits)
 
 __all__ = ["signature", "speculative_sampling", "patched_speculative_sampling", "TokenSteps",
@@ -564,7 +564,7 @@ def run_all(*, batteries=("token", "block", "generate", "lookup", "tokenizers"),
     """
     import torch
 
-    from . import run_battery
+    from specdec.conformance import run_battery
 
     batteries = list(batteries)
     if not batteries:

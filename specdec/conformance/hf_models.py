@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from specdec import laws
 
-from .cases import BlockCase
+from specdec.conformance.cases import BlockCase
 
 __all__ = ["release", "VOCAB", "EOS", "PROMPT", "tiny_models", "toy_view", "LOOKUP_PROMPT", "MODES",
            "TARGET_CHARS", "ASSISTANT_CHARS", "tiny_different_tokenizer", "has_mode",

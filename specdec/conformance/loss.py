@@ -5,11 +5,11 @@ fails it, and that is all it says. :func:`measure_loss` runs the same cases thro
 same calling conventions and *measures* the distance instead: for each case, the TV
 distance between the sampler's law and the exact law, with an interval valid for every
 number of trials (:func:`specdec.stats.tv_ci`, Weissman et al.'s bound), and the plug-in
-KL divergence with a multinomial bootstrap interval (:func:`specdec.kitstats.kl_ci`). The
+KL divergence with a multinomial bootstrap interval (:func:`specdec.stats.gof.kl_ci`). The
 outcomes are whole decoded sequences of ``length`` tokens for a block sampler and tokens
 for a token sampler; outcomes the target never produces form one cell of exact
 probability 0 (they make the KL infinite). Used in Appendix A4 on the lossy acceptance
-modes of :mod:`specdec.lossy`.
+modes of :mod:`specdec.rules.lossy`.
 
 References
 ----------
@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import kitstats, laws, stats
+from specdec.stats import gof as kitstats
+from specdec import laws, stats
 
-from .conventions import BATCH, BLOCK, SamplerSpec, describe_sampler
-from .checks import case_rng, resolve_cases, sequence_counts
-from .drive import call_token, run_block_scalar, run_block_vectorised, tally_tokens
+from specdec.conformance.conventions import BATCH, BLOCK, SamplerSpec, describe_sampler
+from specdec.conformance.checks import case_rng, resolve_cases, sequence_counts
+from specdec.conformance.drive import call_token, run_block_scalar, run_block_vectorised, tally_tokens
 
 __all__ = ["CaseLoss", "LossReport", "measure_loss", "DEFAULT_LOSS_TRIALS"]
 
@@ -49,7 +50,7 @@ class CaseLoss:
         Outcomes counted (decodes, or token steps).
     tv : specdec.stats.TvInterval
         TV between the sampler's law and the exact law, with its interval.
-    kl : specdec.kitstats.KlInterval
+    kl : specdec.stats.gof.KlInterval
         Plug-in ``KL(frequencies || exact law)`` in nats, with a bootstrap interval.
     impossible : int
         Outcomes of probability 0 under the target.
@@ -170,7 +171,8 @@ def measure_loss(sampler, *, kind: str | None = None, vectorised: bool | None = 
 
     Examples
     --------
-    >>> from specdec import lossy, rules
+    >>> from specdec.rules import lossy
+    >>> from specdec import rules
     >>> f = rules.RuleSampler(lossy.Lossy("typical"))
     >>> r = measure_loss(f, cases=["block_g1"], trials=2_000, seed=1)
     >>> c = r.case("block_g1")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 
-from . import plan
-from .checks import run_case
-from .conventions import SamplerSpec
+from specdec.conformance import plan
+from specdec.conformance.checks import run_case
+from specdec.conformance.conventions import SamplerSpec
 
 __all__ = ["seconds_per_trial", "plan_battery"]
 

@@ -3,9 +3,9 @@
 The kit's resolution is the **detectable TV** of a case: the smallest total-variation
 distance from the target law (on the case's bins) that its chi-square check catches with
 probability ``power`` at its Bonferroni level, whatever the direction of the deviation
-(:func:`specdec.kitstats.detectable_tv`). It shrinks like ``1 / sqrt(trials)``, and more
+(:func:`specdec.stats.gof.detectable_tv`). It shrinks like ``1 / sqrt(trials)``, and more
 slowly than that as the number of bins grows with the trials (Mann and Wald's rule,
-:func:`specdec.kitstats.bins_for_trials`), because finer bins resolve more of the outcomes.
+:func:`specdec.stats.gof.bins_for_trials`), because finer bins resolve more of the outcomes.
 
 This module turns a requested resolution into trials per case (:func:`trials_for_tv`),
 or a time budget into the resolution it can buy (:func:`plan_battery` with
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec import kitstats
+from specdec.stats import gof as kitstats
 
-from .cases import BatchCase, BlockCase, TokenCase
-from .conventions import BATCH, BLOCK, SamplerSpec
+from specdec.conformance.cases import BatchCase, BlockCase, TokenCase
+from specdec.conformance.conventions import BATCH, BLOCK, SamplerSpec
 
 __all__ = ["DEFAULT_RESOLUTION", "MAX_TRIALS", "Plan", "convention_key", "case_laws",
            "trials_for_tv", "plan_battery"]
@@ -56,7 +56,8 @@ def case_laws(case) -> list[np.ndarray]:
         m = np.minimum(case.p, case.q)
         return [case.p, np.concatenate([m, case.p - m])]
     if isinstance(case, BlockCase):
-        from specdec import models, stateful
+        from specdec import models
+        from specdec.rules import cycle as stateful
 
         seq = models.sequence_law(case.target, tuple(case.prefix), case.length)
         law = np.array(list(seq.values()))
@@ -69,7 +70,7 @@ def case_laws(case) -> list[np.ndarray]:
 
 
 def _dof(law: np.ndarray, trials: int, min_expected: float) -> int:
-    """Degrees of freedom of :func:`specdec.kitstats.pool_cells` at ``trials``, counted fast.
+    """Degrees of freedom of :func:`specdec.stats.gof.pool_cells` at ``trials``, counted fast.
 
     Cells reaching the floor are bins of their own; the tail's greedy groups are counted
     as ``floor(tail expectation / floor)`` (each group holds at least the floor and, its
@@ -108,7 +109,7 @@ def trials_for_tv(laws_, tv: float, level: float, power: float, *, min_expected:
     level, power : float
         Level of one check (Bonferroni share of the false-alarm budget) and power.
     min_expected : float
-        Binning floor (:func:`specdec.kitstats.pool_cells`).
+        Binning floor (:func:`specdec.stats.gof.pool_cells`).
     max_trials : int
         Cap.
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .conventions import TOKEN, SamplerSpec
+from specdec.conformance.conventions import TOKEN, SamplerSpec
 
 __all__ = ["Check", "CycleAccounting", "CaseResult", "Report", "format_pvalue"]
 

@@ -15,13 +15,14 @@ import time
 
 import numpy as np
 
-from specdec import kitstats, laws
+from specdec.stats import gof as kitstats
+from specdec import laws
 
-from .checks import resolve_cases, run_case, token_accounting
-from .conventions import AUTO, FROM_Q, OWN, TOKEN, describe_sampler
-from .diagnosis import diagnose
-from .pilot import plan_battery
-from .report import Report
+from specdec.conformance.checks import resolve_cases, run_case, token_accounting
+from specdec.conformance.conventions import AUTO, FROM_Q, OWN, TOKEN, describe_sampler
+from specdec.conformance.diagnosis import diagnose
+from specdec.conformance.pilot import plan_battery
+from specdec.conformance.report import Report
 
 __all__ = ["run_battery", "assert_conforms"]
 
@@ -109,8 +110,8 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     confidence : float
         Level of the TV intervals, in (0, 1).
     min_expected, max_bins :
-        Binning rule, see :func:`specdec.kitstats.pool_cells`; ``max_bins=None`` (default)
-        lets the number of bins grow with the trials (:func:`specdec.kitstats.bins_for_trials`).
+        Binning rule, see :func:`specdec.stats.gof.pool_cells`; ``max_bins=None`` (default)
+        lets the number of bins grow with the trials (:func:`specdec.stats.gof.bins_for_trials`).
 
     Returns
     -------
@@ -126,7 +127,7 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
 
     Examples
     --------
-    >>> from specdec import gallery
+    >>> from specdec.conformance import gallery
     >>> r = run_battery(gallery.vectorised_correct, cases=["article"], trials=10_000, seed=3)
     >>> r.passed, r.n_tests
     (True, 2)
@@ -251,7 +252,7 @@ def assert_conforms(sampler, **kwargs) -> Report:
 
     Examples
     --------
-    >>> from specdec import gallery
+    >>> from specdec.conformance import gallery
     >>> _ = assert_conforms(gallery.vectorised_correct, cases=["equal"], trials=5_000)
     """
     report = run_battery(sampler, **kwargs)

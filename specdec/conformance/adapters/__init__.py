@@ -2,7 +2,7 @@
 
 One module per engine: ``vllm`` (vLLM V1's rejection sampler, in-process, the kit's batch
 convention), ``llama_speculative`` (llama.cpp's ``llama-speculative`` example, black box
-through its command line, every emitted token tested by :mod:`specdec.pertoken`); more
+through its command line, every emitted token tested by :mod:`specdec.stats.pertoken`); more
 engines, one module each. An adapter is a thin translation between the kit's calling
 conventions (:mod:`specdec.conformance`) or its per-token check and the engine's own
 interface (a function, a command line, a server): it converts arrays, builds the engine's

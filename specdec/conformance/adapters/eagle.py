@@ -24,7 +24,7 @@ installed package ``eagle/model/``):
 * after a rejection the residual is ``(r - q')^+`` renormalised, ``q'`` the draft law with
   the siblings tried before masked and renormalised (``utils.py:396-405``): together with
   the conditional probability in the ratio, recursive rejection sampling without
-  replacement (:class:`specdec.multidraft.RecursiveRejection` ``("without")``);
+  replacement (:class:`specdec.rules.trees.RecursiveRejection` ``("without")``);
 * every child rejected: the next token from the residual (``utils.py:407-408``);
   otherwise (an accepted leaf, the deepest level accepted) from
   ``softmax(logits[best, accept_length - 1])``: the *raw* logits, without the logits
@@ -102,7 +102,7 @@ RULE = (
 CONTROLS = {
     "original_q": "the ratio uses the unconditional draft probability q(x_j) instead of the "
                   "conditional one (the division by 1 - cumulative_sum in Model.sample "
-                  "removed): the question of SafeAILab/EAGLE#74, specdec.multidraft.ORIGINAL_Q's "
+                  "removed): the question of SafeAILab/EAGLE#74, specdec.rules.trees.ORIGINAL_Q's "
                   "ratio",
 }
 
@@ -249,7 +249,7 @@ class EagleTreeSampler:
 
     def __init__(self, top_widths=(2,), temperature: float = 1.0, control: str | None = None):
         from specdec.rules import RuleSampler
-        from specdec.multidraft import RecursiveRejection
+        from specdec.rules.trees import RecursiveRejection
 
         if not temperature > 0:
             raise ValueError(f"temperature: must be > 0 (EAGLE's sampling path; got {temperature})")
@@ -379,10 +379,11 @@ def predicted_tv(case, temperature: float, top_widths=(2,)) -> float:
     ----------
     .. [1] W. Jeon et al., arXiv:2402.14160, 2024 (recursive rejection without replacement).
     """
-    from specdec import cycles, rules
+    from specdec.rules import base as cycles
+    from specdec import rules
     from specdec.laws import law_tv
     from specdec.models import sequence_law
-    from specdec.multidraft import RecursiveRejection
+    from specdec.rules.trees import RecursiveRejection
 
     if not temperature > 0:
         raise ValueError(f"temperature: must be > 0 (got {temperature})")
@@ -424,7 +425,7 @@ def _case_summary(c) -> dict:
 
 
 def _battery(sampler, cases, seed, trials, false_alarm) -> dict:
-    from .. import block_cases, rule_cases, run_battery
+    from specdec.conformance import block_cases, rule_cases, run_battery
 
     t0 = time.perf_counter()
     rep = run_battery(sampler, kind="block", cases=cases, seed=seed, trials=trials,

@@ -69,9 +69,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ... import pertoken as pt
-from ...decode import SamplingSettings
-from ...laws import check_int, check_real
+from specdec.stats import pertoken as pt
+from specdec.decode import SamplingSettings
+from specdec.laws import check_int, check_real
 
 __all__ = ["RULE", "OutputError", "Setting", "Run", "command", "parse_output", "parse_prefix",
            "run_once",
@@ -507,13 +507,13 @@ def pertoken_check(runs: Sequence[Run], target, draft, *, settings: SamplingSett
     """Per-token check of the first ``keep`` tokens of every run.
 
     Each position's law comes from the book's numpy models
-    (:func:`specdec.pertoken.response_laws`) at ``settings``: ``law="target"`` tests the
+    (:func:`specdec.stats.pertoken.response_laws`) at ``settings``: ``law="target"`` tests the
     target's law (exactness), ``law="rule"`` the law of the example's rule
     (:func:`rule_laws`, one draft sequence, ``gamma`` needed). Each token is transformed
     along the orderings ``draft_over_target`` and ``target``
-    (:func:`specdec.pertoken.randomized_pit`, uniforms from ``rng``), a run that stopped
+    (:func:`specdec.stats.pertoken.randomized_pit`, uniforms from ``rng``), a run that stopped
     before ``keep`` tokens is padded with fresh uniforms, and
-    :func:`specdec.pertoken.pertoken_test` decides (Holm over the two orderings).
+    :func:`specdec.stats.pertoken.pertoken_test` decides (Holm over the two orderings).
 
     Parameters
     ----------
@@ -529,12 +529,12 @@ def pertoken_check(runs: Sequence[Run], target, draft, *, settings: SamplingSett
     tie : float
         ``law="rule"``: see :func:`rule_laws` (the positions after a tie are padding).
     false_alarm, power, tolerance : float
-        See :func:`specdec.pertoken.pertoken_test`.
+        See :func:`specdec.stats.pertoken.pertoken_test`.
     extra : dict, optional
 
     Returns
     -------
-    specdec.pertoken.PerTokenCheck
+    specdec.stats.pertoken.PerTokenCheck
 
     Raises
     ------
@@ -542,9 +542,9 @@ def pertoken_check(runs: Sequence[Run], target, draft, *, settings: SamplingSett
         No runs, an unknown ``law``, ``law="rule"`` without ``gamma``, a run that emitted
         nothing.
     """
-    from ...measure import limit_blas_threads
-    from ...nn import encode
-    from ...verify import check_rng
+    from specdec.measure import limit_blas_threads
+    from specdec.nn import encode
+    from specdec.verify import check_rng
 
     rng = check_rng(rng)
     keep = check_int(keep, "keep", minimum=1)
@@ -634,11 +634,11 @@ def _engine_tool():
 def measure_tolerance(engine, target, prompts, settings: SamplingSettings, *,
                       seed: int = 0) -> dict:
     """The numerical disagreement between numpy's laws and llama.cpp's, as
-    :mod:`specdec.pertoken` measures it: llama-server (the same libraries and cache
+    :mod:`specdec.stats.pertoken` measures it: llama-server (the same libraries and cache
     settings) reporting its post-sampling probabilities on the plain target
     (:func:`specdec.client.tokencheck.engine_disagreement`)."""
-    from ...client import Endpoint
-    from ...client.tokencheck import engine_disagreement
+    from specdec.client import Endpoint
+    from specdec.client.tokencheck import engine_disagreement
 
     with engine.serve("target", exact_cache=True, log=lambda *_: None) as server:
         return engine_disagreement(Endpoint(server.url), prompts, target, settings,
@@ -689,7 +689,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="target")
     ap.add_argument("--draft", default="draft")
     args = ap.parse_args(argv)
-    from ... import nn
+    from specdec import nn
 
     try:
         setting = Setting(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

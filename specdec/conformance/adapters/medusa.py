@@ -4,7 +4,7 @@ Typical acceptance is lossy by design: it accepts a candidate when the target gi
 enough probability, not with the ratio that preserves the target's law. The kit does not
 give it a verdict; :func:`specdec.conformance.measure_loss` measures how far its law is
 from the target's (TV and KL with intervals), beside the exact TV of the library's rule
-``specdec.lossy.Lossy("typical")``.
+``specdec.rules.lossy.Lossy("typical")``.
 
 :class:`MedusaSampler` is the one translation, a block sampler
 ``f(target, draft, prefix, gamma, rng)``: from the kit's toy models it builds the inputs of
@@ -233,11 +233,11 @@ class MedusaSampler:
 def exact_tv(case, temperature: float = 1.0, epsilon: float = 0.09, alpha: float = 0.3) -> float:
     """Exact TV of the library's typical-acceptance rule on ``case``'s first tokens.
 
-    ``specdec.lossy.Lossy("typical")`` with the same thresholds, its law of the case's
+    ``specdec.rules.lossy.Lossy("typical")`` with the same thresholds, its law of the case's
     ``length`` tokens against the target's (both from the case's models: the temperature
     is already in the laws the adapter feeds).
     """
-    from specdec import lossy
+    from specdec.rules import lossy
     from specdec.laws import law_tv
     from specdec.models import sequence_law
 
@@ -259,7 +259,7 @@ def run_all(*, seed: int = 0, trials: int = 20_000, cases=CASES, temperature: fl
     """
     import torch
 
-    from .. import block_cases, measure_loss
+    from specdec.conformance import block_cases, measure_loss
 
     torch.set_num_threads(1)
     sampler = MedusaSampler(temperature, epsilon, alpha)

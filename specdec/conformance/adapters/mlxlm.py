@@ -12,7 +12,7 @@ token, so that every response has its full length). Prompts are token ids, which
 For every response the target's law of every emitted position is computed from the same
 weights with one forward pass of the target over prompt and response (:func:`model_laws`:
 float32 logits from mlx, then float64 log-softmax, mlx-lm's top-p rule and the
-temperature), the draft's likewise, and :func:`specdec.pertoken.laws_check` tests the
+temperature), the draft's likewise, and :func:`specdec.stats.pertoken.laws_check` tests the
 tokens. The numerical disagreement between those laws and the law mlx-lm's sampler draws
 from (its own float32 log-probabilities of the cached forward passes, which
 ``stream_generate`` yields with every token, put through mlx-lm's own top-p and
@@ -73,7 +73,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .seeds import request_seeds
+from specdec.conformance.adapters.seeds import request_seeds
 
 __all__ = ["PINNED", "MLX_PINNED", "RULE", "ModelConfig", "Setting", "version", "check_version",
            "request_seeds", "tiny_tokenizer", "build_models", "top_p_mask", "law_from_logits",
@@ -558,7 +558,7 @@ def check_row(responses, target, draft, setting: Setting, *, max_tokens: int, rn
     tuple
         ``(PerTokenCheck, disagreement dict)``.
     """
-    from specdec.pertoken import laws_check
+    from specdec.stats.pertoken import laws_check
 
     law_setting = setting if law_setting is None else law_setting
     p_laws, q_laws, e_laws, toks = [], [], [], []
@@ -704,7 +704,7 @@ def run_all(*, seed: int = 0, requests: int = 300, max_tokens: int = 64, prompt_
         t_dec = time.perf_counter() - t0
         # the laws of the model that decoded agree with the engine's; the client assumes
         # the target's: the measured disagreement is the draft's own (engine vs its laws)
-        from specdec.pertoken import laws_check
+        from specdec.stats.pertoken import laws_check
 
         p_laws = [model_laws(target, r[0], r[1], setting) for r in responses]
         q_laws = [model_laws(draft, r[0], r[1], setting) for r in responses]

@@ -2,7 +2,7 @@
 
 The adapter drives ``openvino_genai.LLMPipeline(target, "CPU", draft_model=draft_model(draft,
 "CPU"))`` the way a user does, on two tiny llama-architecture models it builds itself, and
-tests every emitted token with the kit's per-token check (:func:`specdec.pertoken.laws_check`)
+tests every emitted token with the kit's per-token check (:func:`specdec.stats.pertoken.laws_check`)
 against the target's law computed from the same weights in float64.
 
 The models (:func:`build_models`)
@@ -751,7 +751,7 @@ def run_all(*, seed: int = 0, requests: int = 200, tokens: int = 200,
         The JSON summary (``settings`` by name with each ``check``; ``verdict`` PASS when
         every non-control setting passed and every control failed).
     """
-    from ...pertoken import laws_check
+    from specdec.stats.pertoken import laws_check
 
     import torch
 

@@ -22,7 +22,7 @@ speculative folder, and the same with the target's plain folder (the reference r
 must pass). The law of every emitted token is computed from the same weights in torch
 (one forward pass over prompt and response, the engine's truncation at its temperature,
 top-k and top-p: :func:`truncated_law`), the draft's law likewise, and
-:func:`specdec.pertoken.laws_check` decides. The numerical disagreement between those laws
+:func:`specdec.stats.pertoken.laws_check` decides. The numerical disagreement between those laws
 and the laws of the engine's own logits (``Generator.get_output("logits")`` over the same
 sequences) is measured and passed as ``tolerance``. Two controls must fail: every
 speculative row's tokens checked against the draft's law instead of the target's, and one
@@ -88,7 +88,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .seeds import request_seeds
+from specdec.conformance.adapters.seeds import request_seeds
 
 __all__ = ["PINNED", "SOURCE_COMMIT", "RULE", "CALLER_DRAFTS", "VOCAB", "Setting", "SETTINGS",
            "version", "probe_caller_drafts",
@@ -621,7 +621,7 @@ def run_setting(name: str, setting: Setting, *, requests: int, tokens: int, seed
     """
     import onnxruntime_genai as og
 
-    from ...pertoken import laws_check
+    from specdec.stats.pertoken import laws_check
 
     rng = np.random.default_rng([seed, 1])
     prompts = [rng.integers(3, VOCAB, PROMPT_LENGTH) for _ in range(requests)]

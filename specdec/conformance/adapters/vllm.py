@@ -73,7 +73,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..conventions import batch_sampler
+from specdec.conformance.conventions import batch_sampler
 
 __all__ = ["PINNED", "RULE", "CONTROLS", "SETTINGS", "BatchOutput", "RejectionSamplerAdapter",
            "version", "check_version", "read_output", "exact_acceptance", "measure_acceptance",
@@ -416,7 +416,7 @@ class RejectionSamplerAdapter:
         if self.generators == "request":
             gens = self._request_generators(R, rng)
         else:
-            from ..torchrng import seed_torch
+            from specdec.conformance.torchrng import seed_torch
 
             seed_torch(rng)
             gens = {}
@@ -571,7 +571,7 @@ def _case_summary(c) -> dict:
 
 def _battery(sampler, cases, seed, false_alarm, how, accept_trials) -> dict:
     """One battery of the kit on ``sampler`` plus the acceptance check of every case."""
-    from .. import batch_cases, run_battery
+    from specdec.conformance import batch_cases, run_battery
 
     t0 = time.perf_counter()
     rep = run_battery(sampler, cases=cases, seed=seed, false_alarm=false_alarm, **how)
@@ -632,7 +632,7 @@ def run_all(*, seed: int = 0, resolution: float | None = 0.01, trials: int | Non
     """
     import torch
 
-    from .. import BATCH_CASE_NAMES
+    from specdec.conformance import BATCH_CASE_NAMES
 
     torch.set_num_threads(1)     # small tensors; the machine is shared
     cases = list(BATCH_CASE_NAMES if cases is None else cases)
@@ -702,7 +702,7 @@ def main(argv=None) -> int:
         ap.error("--false-alarm: must be in (0, 0.5]")
     cases = None if args.cases is None else args.cases.split(",")
     if cases is not None:
-        from .. import BATCH_CASE_NAMES
+        from specdec.conformance import BATCH_CASE_NAMES
 
         unknown = [c for c in cases if c not in BATCH_CASE_NAMES]
         if unknown:

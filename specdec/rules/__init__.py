@@ -6,11 +6,11 @@ listed in the module's tuple of flaws):
 ==========================  ===================================  ==========================
 module                      exact rule(s)                        flaws
 ==========================  ===================================  ==========================
-:mod:`specdec.tokenrule`    ``TOKEN`` (token by token)           ``STEP_FLAWS``
-:mod:`specdec.blockverify`  ``BLOCK`` (Sun et al.)               ``BLOCK_FLAWS``
-:mod:`specdec.multidraft`   ``RecursiveRejection(drafting)``     ``TREE_FLAWS``
-:mod:`specdec.matching`     ``MATCHING``                         ``MATCHING_FLAWS``
-:mod:`specdec.stateful`     ``CORRECT_CYCLE`` (block cycle)      ``CYCLE_FLAWS``
+:mod:`specdec.rules.token`    ``TOKEN`` (token by token)           ``STEP_FLAWS``
+:mod:`specdec.rules.block`  ``BLOCK`` (Sun et al.)               ``BLOCK_FLAWS``
+:mod:`specdec.rules.trees`   ``RecursiveRejection(drafting)``     ``TREE_FLAWS``
+:mod:`specdec.rules.matching`     ``MATCHING``                         ``MATCHING_FLAWS``
+:mod:`specdec.rules.cycle`     ``CORRECT_CYCLE`` (block cycle)      ``CYCLE_FLAWS``
 ==========================  ===================================  ==========================
 
 This module reads those tuples through :data:`FAMILIES`, so a new flaw is its class and
@@ -20,11 +20,11 @@ conformance kit (``--rule NAME``, ``accepted_law=NAME``), the engines and the te
 :data:`RULES`, :data:`EXACT_RULES`, :data:`FLAWS` and :data:`CYCLE_RULES` instead of lists
 of their own.
 
-The stateless rules (:data:`RULES`) are :class:`specdec.cycles.Rule` objects: the law of one
+The stateless rules (:data:`RULES`) are :class:`specdec.rules.base.Rule` objects: the law of one
 cycle depends only on the emitted text, so each has an exact sequence law, an accepted-count
 law, and a reference sampler that the kit runs through :class:`specdec.rules.RuleSampler`.
-The cycle rules of :mod:`specdec.stateful` carry state from one cycle to the next; they are
-registered apart (:data:`CYCLE_RULES`) and run by :func:`specdec.block.generate`.
+The cycle rules of :mod:`specdec.rules.cycle` carry state from one cycle to the next; they are
+registered apart (:data:`CYCLE_RULES`) and run by :func:`specdec.simulate.cycle.generate`.
 
 A rule's name is ``repr(rule)``: its class's ``name``, with the drafting mode for a tree
 rule (``recursive_rejection(with)``). The token-by-token rule is named ``correct`` (the
@@ -39,11 +39,11 @@ from typing import Callable
 
 import numpy as np
 
-from . import blockverify, matching, multidraft, stateful, tokenrule
-from .cycles import Rule
-from .laws import check_int
-from .models import check_models, check_prefix
-from .verify import check_rng
+from specdec.rules import block as blockverify, matching, trees as multidraft, cycle as stateful, token as tokenrule
+from specdec.rules.base import Rule
+from specdec.laws import check_int
+from specdec.models import check_models, check_prefix
+from specdec.verify import check_rng
 
 __all__ = ["Family", "FAMILIES", "EXACT_RULES", "FLAWS", "RULES", "CYCLE_RULES", "ALIASES",
            "rule_name", "get_rule", "accepted_law", "RuleSampler"]
@@ -56,7 +56,7 @@ class Family:
     Attributes
     ----------
     module : str
-        The module that owns the rules (``"specdec.blockverify"``).
+        The module that owns the rules (``"specdec.rules.block"``).
     exact : tuple of Rule
         Its exact rules (several when a parameter is part of the rule: the drafting modes of
         recursive rejection).
@@ -75,11 +75,11 @@ class Family:
 #: tuple) and one line here; a new flaw of an existing family is one object in its module
 #: and its entry in the module's tuple of flaws.
 FAMILIES: tuple[Family, ...] = (
-    Family("specdec.tokenrule", (tokenrule.TOKEN,), tokenrule.STEP_FLAWS),
-    Family("specdec.blockverify", (blockverify.BLOCK,), blockverify.BLOCK_FLAWS),
-    Family("specdec.multidraft", tuple(multidraft.RecursiveRejection(d) for d in multidraft.DRAFTING),
+    Family("specdec.rules.token", (tokenrule.TOKEN,), tokenrule.STEP_FLAWS),
+    Family("specdec.rules.block", (blockverify.BLOCK,), blockverify.BLOCK_FLAWS),
+    Family("specdec.rules.trees", tuple(multidraft.RecursiveRejection(d) for d in multidraft.DRAFTING),
            multidraft.TREE_FLAWS),
-    Family("specdec.matching", (matching.MATCHING,), matching.MATCHING_FLAWS),
+    Family("specdec.rules.matching", (matching.MATCHING,), matching.MATCHING_FLAWS),
 )
 #: Every exact stateless rule: token by token, block verification, recursive rejection in
 #: each drafting mode, the matching rule.
@@ -88,7 +88,7 @@ EXACT_RULES: tuple[Rule, ...] = tuple(r for f in FAMILIES for r in f.exact)
 #: turns out exact; its ``exact`` attribute says so).
 FLAWS: tuple[Rule, ...] = tuple(r for f in FAMILIES for r in f.flaws)
 #: The stateful block-cycle rules: the correct cycle, its bugs, and the exact reuse of stale
-#: proposals (:data:`specdec.stateful.CYCLE_RULES`), by name.
+#: proposals (:data:`specdec.rules.cycle.CYCLE_RULES`), by name.
 CYCLE_RULES: dict[str, stateful.CycleRule] = {r.name: r for r in stateful.CYCLE_RULES}
 #: Earlier spellings: ``--accepted-law token`` named the token-by-token rule.
 ALIASES: dict[str, str] = {"token": "correct"}
@@ -123,7 +123,7 @@ def get_rule(name: str) -> Rule:
 
     Returns
     -------
-    specdec.cycles.Rule
+    specdec.rules.base.Rule
 
     Raises
     ------
@@ -154,7 +154,7 @@ def accepted_law(name: str) -> Callable:
     callable
         ``law(target, draft, prefix, gamma) -> numpy.ndarray of shape (gamma + 1, 2)``: the
         joint law of one cycle's accepted count and its end at an accepted EOS
-        (:meth:`specdec.cycles.Rule.first_cycle_accepted_law`).
+        (:meth:`specdec.rules.base.Rule.first_cycle_accepted_law`).
 
     Raises
     ------
@@ -188,7 +188,7 @@ def accepted_law(name: str) -> Callable:
 class RuleSampler:
     """A rule as the conformance kit's block sampler ``f(target, draft, prefix, gamma, rng)``.
 
-    Calling it runs one cycle of :attr:`rule` (:meth:`specdec.cycles.Rule.sample`) and returns
+    Calling it runs one cycle of :attr:`rule` (:meth:`specdec.rules.base.Rule.sample`) and returns
     ``(emitted, n_accepted, n_proposed)``. Its :meth:`first_cycle_accepted_law` declares the
     accepted-count law of the rule, which the kit then checks the reported counts
     against instead of the token-by-token law (:func:`specdec.conformance.run_battery`).
@@ -213,7 +213,8 @@ class RuleSampler:
     Examples
     --------
     >>> import numpy as np
-    >>> from specdec import blockverify, models
+    >>> from specdec.rules import block as blockverify
+    >>> from specdec import models
     >>> p, q = models.toy_pair()
     >>> f = RuleSampler(blockverify.BLOCK)
     >>> emitted, n, k = f(p, q, (), 3, np.random.default_rng(0))
@@ -227,7 +228,7 @@ class RuleSampler:
 
     def __post_init__(self):
         if not isinstance(self.rule, Rule):
-            raise TypeError(f"rule: must be a specdec.cycles.Rule such as blockverify.BLOCK "
+            raise TypeError(f"rule: must be a specdec.rules.base.Rule such as blockverify.BLOCK "
                             f"(got {self.rule!r})")
         if self.rule.tree and self.top_widths is None:
             raise ValueError(f"top_widths: required for the tree rule {self.rule!r} (e.g. (2,))")

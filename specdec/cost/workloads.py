@@ -52,9 +52,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .accounting import accepted_prefix_length
-from .laws import LawError, check_int, check_law
-from .verify import check_rng
+from specdec.cost.accounting import accepted_prefix_length
+from specdec.laws import LawError, check_int, check_law
+from specdec.verify import check_rng
 
 __all__ = [
     "Workload",
@@ -644,7 +644,7 @@ def simulate_outcomes(workload, gamma: int, n: int, rng: np.random.Generator) ->
     -------
     numpy.ndarray of bool, shape (n, gamma)
         Outcomes in draft order (outcomes after the first rejection are drawn too, but a
-        real cycle discards them; see :func:`specdec.accounting.accepted_prefix_length`). A
+        real cycle discards them; see :func:`specdec.cost.accounting.accepted_prefix_length`). A
         carried-regime workload starts each cycle from its long-run start law.
     """
     _check_workload(workload)

@@ -1,7 +1,7 @@
 """The stateful block cycle: its rules (the correct cycle and one object per bug) and exact laws.
 
-A block cycle of :mod:`specdec.block` verifies token by token (the kernel
-:func:`specdec.verify.verify`; the rule :data:`specdec.tokenrule.TOKEN`), and then hands the
+A block cycle of :mod:`specdec.simulate.cycle` verifies token by token (the kernel
+:func:`specdec.verify.verify`; the rule :data:`specdec.rules.token.TOKEN`), and then hands the
 next cycle a model context and, for some rules, proposals to reuse. That hand-over is
 where four realistic bugs live: a **cycle rule** (:class:`CycleRule`) says how one cycle
 drafts, which laws it hands to the kernel and what state it leaves for the next cycle. The
@@ -12,8 +12,8 @@ here; :mod:`specdec.rules` registers it).
 The exact laws enumerate every draft trajectory and every accept/reject branch of a cycle
 (:func:`block_sequence_law`, :func:`cycle_length_law`, :func:`cycle_accepted_law`), with
 the states carried between cycles; the law of the first ``length`` tokens then follows
-from the dynamic programme over cycle states of :func:`specdec.cycles.cycle_state_law`,
-the one that the stateless rules of :mod:`specdec.cycles` use too.
+from the dynamic programme over cycle states of :func:`specdec.rules.base.cycle_state_law`,
+the one that the stateless rules of :mod:`specdec.rules.base` use too.
 
 References
 ----------
@@ -30,10 +30,10 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from . import token as _token
-from .cycles import canonical_context, cycle_state_law
-from .laws import check_int
-from .models import ToyModel, check_models, check_prefix
+from specdec import step as _token
+from specdec.rules.base import canonical_context, cycle_state_law
+from specdec.laws import check_int
+from specdec.models import ToyModel, check_models, check_prefix
 
 __all__ = [
     "CycleRule", "CORRECT_CYCLE", "STALE_PROPOSALS", "NO_ROLLBACK", "BONUS_WRONG_POSITION",
@@ -47,7 +47,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CycleRule:
-    """The correct block cycle (:mod:`specdec.block`): the hooks every cycle bug overrides.
+    """The correct block cycle (:mod:`specdec.simulate.cycle`): the hooks every cycle bug overrides.
 
     A cycle drafts up to gamma tokens (stopping after an EOS proposal when
     :attr:`stops_at_eos`), lets the kernel verify them, and hands the next cycle a model
@@ -186,7 +186,7 @@ CYCLE_RULES: tuple[CycleRule, ...] = (CORRECT_CYCLE,) + CYCLE_FLAWS + (STALE_ORI
 def check_cycle_rule(rule, name: str = "variant") -> CycleRule:
     """``rule`` if it is a :class:`CycleRule`, else a ``TypeError`` naming the argument."""
     if not isinstance(rule, CycleRule):
-        raise TypeError(f"{name}: must be a cycle rule of specdec.stateful such as CORRECT_CYCLE or "
+        raise TypeError(f"{name}: must be a cycle rule of specdec.rules.cycle such as CORRECT_CYCLE or "
                         f"NO_ROLLBACK (got {rule!r})")
     return rule
 
@@ -377,9 +377,9 @@ def block_sequence_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, le
         Draft length (>= 1).
     length : int
         Number of emitted tokens whose law is computed (>= 1).
-    variant : specdec.stateful.CycleRule
-        :data:`specdec.stateful.CORRECT_CYCLE` (default) or a rule of
-        :data:`specdec.stateful.CYCLE_RULES`.
+    variant : specdec.rules.cycle.CycleRule
+        :data:`specdec.rules.cycle.CORRECT_CYCLE` (default) or a rule of
+        :data:`specdec.rules.cycle.CYCLE_RULES`.
 
     Returns
     -------
@@ -450,8 +450,8 @@ def cycle_length_law(target: ToyModel, draft: ToyModel, prefix, gamma: int, vari
         Confirmed context (no EOS).
     gamma : int
         Draft length (>= 1).
-    variant : specdec.stateful.CycleRule
-        A rule of :data:`specdec.stateful.CYCLE_RULES` (a single cycle from a fresh state).
+    variant : specdec.rules.cycle.CycleRule
+        A rule of :data:`specdec.rules.cycle.CYCLE_RULES` (a single cycle from a fresh state).
 
     Returns
     -------

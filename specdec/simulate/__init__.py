@@ -35,7 +35,7 @@ trial: a categorical draw from the recovery law (the same law for every rejectio
 the law after the rejected proposal for ``DROP_REJECTED``). A recovery law with a single
 support point needs no uniform. ``M_PLUS_R`` is not a procedure; it is simulated by one
 independent categorical draw per trial from its normalised law. Rules are the objects of
-:mod:`specdec.tokenrule`; results are keyed by their ``name``.
+:mod:`specdec.rules.token`; results are keyed by their ``name``.
 
 These engines count trials in cells of the unit interval, which is what makes them
 fast (hundreds of millions of trials per second, ``make bench``); they do not sample row
@@ -65,10 +65,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import tokenrule
-from .laws import check_int, check_pair
-from .token import ARTICLE_P, ARTICLE_Q, residual
-from .verify import cdf, check_rng, draw, speculative_accept
+from specdec.rules import token as tokenrule
+from specdec.laws import check_int, check_pair
+from specdec.step import ARTICLE_P, ARTICLE_Q, residual
+from specdec.verify import cdf, check_rng, draw, speculative_accept
 
 __all__ = [
     "ARTICLE_SEED",
@@ -121,7 +121,7 @@ def _check_rules(rules, v: int) -> tuple[tokenrule.TokenByToken, ...]:
     try:
         rules = tuple(rules)
     except TypeError:
-        raise TypeError(f"rules: must be a sequence of token-by-token rules of specdec.tokenrule (got {rules!r})") from None
+        raise TypeError(f"rules: must be a sequence of token-by-token rules of specdec.rules.token (got {rules!r})") from None
     if not rules:
         raise ValueError("rules: must name at least one rule")
     for r in rules:
@@ -130,7 +130,7 @@ def _check_rules(rules, v: int) -> tuple[tokenrule.TokenByToken, ...]:
             raise ValueError(
                 f"rules: {r.name} needs up to V x V numbers in the Monte Carlo engines and V = {v} "
                 f"exceeds {MAX_VOCAB_PER_PROPOSAL_RECOVERY}; its exact law "
-                "(specdec.token.output_law) works at any V")
+                "(specdec.step.output_law) works at any V")
     if len({r.name for r in rules}) != len(set(rules)):
         raise ValueError("rules: two different rules share one name")
     return tuple(dict.fromkeys(rules))
@@ -257,8 +257,8 @@ def simulate_step(p, q, trials: int, rng: np.random.Generator,
         Number of independent steps, ``>= 1``.
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rules : sequence of specdec.tokenrule.TokenByToken
-        Rules of :data:`specdec.tokenrule.STEP_RULES` (all are supported; ``M_PLUS_R`` is
+    rules : sequence of specdec.rules.token.TokenByToken
+        Rules of :data:`specdec.rules.token.STEP_RULES` (all are supported; ``M_PLUS_R`` is
         simulated by an independent draw from its normalised law, see the module notes).
     chunk : int
         Trials per chunk; memory is about 9 bytes per trial of one chunk with
@@ -348,8 +348,8 @@ def simulate_tokens(p, q, trials: int, rng: np.random.Generator,
         Number of steps, in ``[1, 10**8]``.
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rules : sequence of specdec.tokenrule.TokenByToken
-        Rules of :data:`specdec.tokenrule.STEP_RULES`.
+    rules : sequence of specdec.rules.token.TokenByToken
+        Rules of :data:`specdec.rules.token.STEP_RULES`.
 
     Returns
     -------
@@ -408,8 +408,8 @@ def running_frequencies(p, q, trials: int, rng: np.random.Generator,
         Number of steps, in ``[1, 10**8]`` (the output holds ``trials`` floats per rule).
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rules : sequence of specdec.tokenrule.TokenByToken
-        Rules of :data:`specdec.tokenrule.STEP_RULES`, simulated on shared trials.
+    rules : sequence of specdec.rules.token.TokenByToken
+        Rules of :data:`specdec.rules.token.STEP_RULES`, simulated on shared trials.
     symbol : int
         Token id whose frequency is tracked (0 = the article's A).
 

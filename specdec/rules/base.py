@@ -1,7 +1,7 @@
 """Exact laws of stateless verification rules: draft paths, cycle outcomes, sequence laws.
 
-The rules of :mod:`specdec.tokenrule`, :mod:`specdec.blockverify`, :mod:`specdec.multidraft`,
-:mod:`specdec.matching` and :mod:`specdec.lossy` share one shape. A **cycle** starts from
+The rules of :mod:`specdec.rules.token`, :mod:`specdec.rules.block`, :mod:`specdec.rules.trees`,
+:mod:`specdec.rules.matching` and :mod:`specdec.rules.lossy` share one shape. A **cycle** starts from
 the emitted text, drafts (a chain of ``gamma`` tokens, or a tree), lets the target score
 every drafted position in one pass, and emits an accepted prefix plus one token chosen by
 the target; the next cycle starts from the emitted text alone. The law of the first
@@ -24,9 +24,9 @@ drafted chain) with two halves that must agree: :meth:`Rule.outcomes`, the exact
 cycle, from which its sequence law, accepted-count law and mean follow
 (:meth:`Rule.sequence_law`, :meth:`Rule.accepted_count_law`, :meth:`Rule.mean_accepted`);
 and :meth:`Rule.sample`, the reference procedure that draws one cycle with explicit
-uniforms. The exact rules live in their modules (:data:`specdec.blockverify.BLOCK`,
-:data:`specdec.matching.MATCHING`, :class:`specdec.multidraft.RecursiveRejection`,
-:class:`specdec.lossy.Lossy`); each flaw is one subclass in the module of its rule;
+uniforms. The exact rules live in their modules (:data:`specdec.rules.block.BLOCK`,
+:data:`specdec.rules.matching.MATCHING`, :class:`specdec.rules.trees.RecursiveRejection`,
+:class:`specdec.rules.lossy.Lossy`); each flaw is one subclass in the module of its rule;
 :mod:`specdec.rules` registers them all. :class:`specdec.rules.RuleSampler` is the one adapter that hands any rule to the conformance kit as a
 block sampler, with the accepted-count law of the rule declared beside it. Used in
 Chapter 5 and Appendix A4.
@@ -49,9 +49,9 @@ from typing import Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from .laws import LawError, check_int, check_law
-from .models import ToyModel, check_models, check_prefix
-from .verify import check_rng, draw
+from specdec.laws import LawError, check_int, check_law
+from specdec.models import ToyModel, check_models, check_prefix
+from specdec.verify import check_rng, draw
 
 __all__ = [
     "Outcome",

@@ -1,6 +1,6 @@
 """Lossy acceptance: rules that trade the target's law for accepted tokens, measured exactly.
 
-Four rules, each a chain verifier (:mod:`specdec.cycles`) whose exact sequence law is
+Four rules, each a chain verifier (:mod:`specdec.rules.base`) whose exact sequence law is
 computed by enumeration, so its distance to the target is a number, not an impression:
 
 ``"typical"`` (Medusa's typical acceptance; vLLM's ``TypicalAcceptanceSampler``)
@@ -19,7 +19,7 @@ computed by enumeration, so its distance to the target is a number, not an impre
     probability and samples from ``(p - draft)^+``, the draft buffer being zeros); after a
     full acceptance the bonus is a sample from the target. With thresholds 1 the token
     emitted at each position is the target's own sample: this is the matching rule
-    (:data:`specdec.matching.MATCHING`), exact, and accepting ``p(x)`` rather than
+    (:data:`specdec.rules.matching.MATCHING`), exact, and accepting ``p(x)`` rather than
     speculative sampling's ``min(1, p(x) / q(x))``; smaller thresholds accept more.
     SGLang's EAGLE drafter proposes the draft's top-k tokens (a greedy chain at top-k 1):
     ``greedy=True`` models that draft. (In a tree the kernel draws one coin per accepted
@@ -38,7 +38,7 @@ computed by enumeration, so its distance to the target is a number, not an impre
     Accept ``x`` when it is among the target's ``top_k`` most likely tokens and
     ``p(x) >= max(p) - delta``; at the first failure emit the target's most likely token.
 
-Each setting is an object, :class:`Lossy` (a :class:`specdec.cycles.ChainRule`), with
+Each setting is an object, :class:`Lossy` (a :class:`specdec.rules.base.ChainRule`), with
 its parameters as a dict (:func:`check_params`). :func:`sweep` gives, for a grid of
 thresholds and temperatures, the exact TV and KL distance between the rule's law of the
 first ``length`` tokens and the target's (both at the same temperature) beside the
@@ -76,12 +76,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import cycles
+from specdec.rules import base as cycles
 
-from .laws import align_laws, law_tv
-from .tokenrule import TOKEN
-from .laws import LawError, check_int
-from .models import ToyModel, sequence_law as target_sequence_law
+from specdec.laws import align_laws, law_tv
+from specdec.rules.token import TOKEN
+from specdec.laws import LawError, check_int
+from specdec.models import ToyModel, sequence_law as target_sequence_law
 
 __all__ = [
     "RULES",
@@ -290,7 +290,7 @@ class LossyPoint:
         Expected accepted drafted tokens per cycle from the prompt.
     exact_mean_accepted : float
         The same for speculative sampling (token-by-token verification,
-        :data:`specdec.blockverify.TOKEN`) with the same models.
+        :data:`specdec.rules.block.TOKEN`) with the same models.
     """
 
     rule: str

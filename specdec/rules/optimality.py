@@ -27,9 +27,9 @@ Its optimum is the largest expected accepted count of *any* valid verifier, with
 knowledge of the joint laws. Sun et al. prove block verification optimal among verifiers
 that use the probabilities on the drafted path; Thomas and Pal extend the proof to
 verifiers that also use off-path probabilities with such a linear program. The optimum
-equals block verification's accepted count (:data:`specdec.blockverify.BLOCK`) on every
+equals block verification's accepted count (:data:`specdec.rules.block.BLOCK`) on every
 case this module has been run on, and lies below the sum-of-minima bound
-(:func:`specdec.blockverify.accepted_bound`), which no valid verifier attains in general
+(:func:`specdec.rules.block.accepted_bound`), which no valid verifier attains in general
 (on Sun et al.'s example: 11/9 against 12/9).
 
 What the bound would need shows when the program admits more than verifiers
@@ -39,7 +39,7 @@ not give). Their optimum reaches the sum-of-minima bound on Sun et al.'s example
 certified) and on the book's toy pair at ``gamma = 2`` and 3.
 
 :func:`optimal_accepted` solves the program with scipy's HiGHS. On laws given as
-fractions (:func:`specdec.cycles.fixed_oracle`) it also *certifies* the optimum in exact
+fractions (:func:`specdec.rules.base.fixed_oracle`) it also *certifies* the optimum in exact
 rational arithmetic: a primal solution and a dual solution, both rationalised, are
 checked exactly for feasibility, and their objectives are equal, so the value is the
 exact optimum (weak duality), not a rounded float. Used in Appendix A4.
@@ -63,10 +63,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from . import cycles
-from .blockverify import accepted_bound
-from .laws import check_int
-from .models import check_prefix
+from specdec.rules import base as cycles
+from specdec.rules.block import accepted_bound
+from specdec.laws import check_int
+from specdec.models import check_prefix
 
 __all__ = ["MAX_VARIABLES", "VerifierLP", "verifier_lp", "OptimalVerifier", "optimal_accepted"]
 
@@ -142,7 +142,7 @@ def verifier_lp(oracle, ctx: tuple, gamma: int, *, free_tokens: bool = False) ->
 
     Parameters
     ----------
-    oracle : specdec.cycles.LawOracle
+    oracle : specdec.rules.base.LawOracle
         Target and draft laws (floats, or fractions for an exact program).
     ctx : tuple of int
         Confirmed context (valid for the oracle).
@@ -250,7 +250,7 @@ class OptimalVerifier:
         Law of the accepted count under the solver's optimal verifier (one of possibly
         several optima).
     coupling_bound : float or Fraction
-        The sum-of-minima bound of :func:`specdec.blockverify.accepted_bound`, for
+        The sum-of-minima bound of :func:`specdec.rules.block.accepted_bound`, for
         comparison (never below :attr:`value`).
     n_variables, n_constraints : int
         Size of the program.
@@ -270,7 +270,7 @@ def optimal_accepted(target, draft, prefix, gamma: int, *, free_tokens: bool = F
     Parameters
     ----------
     target, draft : ToyModel, or a LawOracle and None
-        The models (same vocabulary and EOS id), or a :class:`specdec.cycles.LawOracle`
+        The models (same vocabulary and EOS id), or a :class:`specdec.rules.base.LawOracle`
         (``draft`` ignored), whose fractions give an exactly certified optimum.
     prefix : sequence of int
         Prompt (no EOS).
@@ -301,7 +301,7 @@ def optimal_accepted(target, draft, prefix, gamma: int, *, free_tokens: bool = F
     Examples
     --------
     >>> from fractions import Fraction as F
-    >>> from specdec.cycles import fixed_oracle
+    >>> from specdec.rules.base import fixed_oracle
     >>> res = optimal_accepted(fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)]), None, (), 2)
     >>> res.value, res.certified, res.coupling_bound
     (Fraction(11, 9), True, Fraction(4, 3))

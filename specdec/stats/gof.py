@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, stats
 
-from .laws import LawError, check_counts, check_int, check_law, check_level
-from .verify import check_rng
+from specdec.laws import LawError, check_counts, check_int, check_law, check_level
+from specdec.verify import check_rng
 
 __all__ = [
     "KlInterval",
@@ -114,7 +114,7 @@ def kl_ci(counts, law, confidence: float = 0.95, *, rng, resamples: int = 1000) 
     >>> round(ci.estimate, 4), ci.low < ci.estimate < ci.high
     (0.218, True)
     """
-    from .verify import check_rng
+    from specdec.verify import check_rng
 
     conf = check_level(confidence, "confidence")
     c, lw = check_counts(counts, law)

@@ -13,7 +13,7 @@ exactly ``p``:
 * ``p - m = (p - q)^+`` and ``sum_x (p - q)^+(x) = Z``, so ``m + Z r = p``.
 
 The law of one step is always a *mixture*: accepted mass plus rejection mass times a
-recovery law (:func:`mixture_law`). The plausible-but-wrong rules of :mod:`specdec.tokenrule`
+recovery law (:func:`mixture_law`). The plausible-but-wrong rules of :mod:`specdec.rules.token`
 change either the acceptance probability or the recovery law, and :func:`output_law`
 gives the exact law each one produces, so the damage can be measured in total variation
 rather than guessed from samples.
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .laws import LawError, check_law, check_pair, sampling_law, softmax
-from . import tokenrule
-from .verify import check_rng, residual_laws
+from specdec.laws import LawError, check_law, check_pair, sampling_law, softmax
+from specdec.rules import token as tokenrule
+from specdec.verify import check_rng, residual_laws
 
 __all__ = [
     "ARTICLE_P",
@@ -390,7 +390,7 @@ def m_plus_r_raw(p, q) -> np.ndarray:
 def output_law(p, q, rule: tokenrule.TokenByToken = tokenrule.TOKEN) -> np.ndarray:
     """Exact law of the token emitted by one step under a given rule.
 
-    Every rule proposes ``x ~ q``; the rules of :mod:`specdec.tokenrule` differ in the
+    Every rule proposes ``x ~ q``; the rules of :mod:`specdec.rules.token` differ in the
     acceptance probability or in the law drawn from after a rejection (their docstrings
     give each law; ``a = min(1, p/q)``, ``m = min(p, q)``, ``Z = 1 - beta``, ``r`` the
     residual):
@@ -414,8 +414,8 @@ def output_law(p, q, rule: tokenrule.TokenByToken = tokenrule.TOKEN) -> np.ndarr
     ----------
     p, q : array_like, shape (V,)
         Target and draft laws (processed laws actually sampled from).
-    rule : specdec.tokenrule.TokenByToken
-        :data:`specdec.tokenrule.TOKEN` (default) or one of :data:`specdec.tokenrule.STEP_FLAWS`.
+    rule : specdec.rules.token.TokenByToken
+        :data:`specdec.rules.token.TOKEN` (default) or one of :data:`specdec.rules.token.STEP_FLAWS`.
 
     Returns
     -------
@@ -428,7 +428,7 @@ def output_law(p, q, rule: tokenrule.TokenByToken = tokenrule.TOKEN) -> np.ndarr
     LawError
         Invalid laws or mismatched sizes.
     TypeError
-        ``rule`` is not a :class:`specdec.tokenrule.TokenByToken`.
+        ``rule`` is not a :class:`specdec.rules.token.TokenByToken`.
 
     References
     ----------
@@ -551,7 +551,7 @@ def sample_step(p, q, rng, rule: tokenrule.TokenByToken = tokenrule.TOKEN) -> in
     Draw order: ``x`` from ``q`` by inverse CDF of one ``rng.random()``; then, for the
     correct rule, the kernel :func:`specdec.verify.verify` on one row (one accept uniform,
     one more after a rejection); for a flaw, its own procedure
-    (:meth:`specdec.tokenrule.TokenByToken.sample_step`: the accept uniform, then one more after a
+    (:meth:`specdec.rules.token.TokenByToken.sample_step`: the accept uniform, then one more after a
     rejection, none for ``SHARED_UNIFORM``, which reuses it). ``M_PLUS_R`` is not a
     procedure: it draws once from its law.
 
@@ -561,8 +561,8 @@ def sample_step(p, q, rng, rule: tokenrule.TokenByToken = tokenrule.TOKEN) -> in
         Target and draft laws.
     rng : numpy.random.Generator or int
         Source of randomness (see :func:`specdec.verify.check_rng`).
-    rule : specdec.tokenrule.TokenByToken
-        :data:`specdec.tokenrule.TOKEN` (default) or a flaw.
+    rule : specdec.rules.token.TokenByToken
+        :data:`specdec.rules.token.TOKEN` (default) or a flaw.
 
     Returns
     -------

@@ -2,7 +2,7 @@
 
 A cycle's honest output is the tokens it emits (its accepted prefix plus one corrected or
 bonus token); counting every drafted token as output inflates throughput. These functions
-compute both from the cycles of a run (:mod:`specdec.block`'s results, or per-cycle
+compute both from the cycles of a run (:mod:`specdec.simulate.cycle`'s results, or per-cycle
 counts).
 
 References
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .block import CycleBatch, CycleResult, Generation, GenerationBatch
+from specdec.simulate.cycle import CycleBatch, CycleResult, Generation, GenerationBatch
 
 __all__ = ["accepted_prefix_length", "Accounting", "account_counts", "account"]
 

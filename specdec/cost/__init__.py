@@ -21,9 +21,9 @@ separate model with its own assumptions:
 
        S = E / (g(gamma) + c * gamma + overhead)
 
-Wherever a function takes ``alpha`` it also takes a workload of :mod:`specdec.workloads`
+Wherever a function takes ``alpha`` it also takes a workload of :mod:`specdec.cost.workloads`
 (acceptance that depends on context or position; a constant alpha is the workload
-:class:`specdec.workloads.ConstantWorkload`), with ``E`` its long-run tokens per cycle:
+:class:`specdec.cost.workloads.ConstantWorkload`), with ``E`` its long-run tokens per cycle:
 one ``expected_tokens``, ``speedup``, ``best_gamma``, ``lengthening_pays`` for both.
 Used in Chapters 6, 7 and 8.
 
@@ -50,8 +50,8 @@ from typing import Callable
 
 import numpy as np
 
-from .laws import check_int
-from .workloads import Workload
+from specdec.laws import check_int
+from specdec.cost.workloads import Workload
 
 __all__ = [
     "expected_tokens",
@@ -161,7 +161,7 @@ def expected_tokens(acceptance, gamma):
     (1 - alpha)``, with the limits ``E = gamma + 1`` at ``alpha = 1`` and ``E = 1`` at
     ``alpha = 0``, computed as ``-expm1((gamma + 1) log1p(alpha - 1)) / (1 - alpha)`` so
     that it stays accurate as ``alpha -> 1``. For a workload
-    (:mod:`specdec.workloads`): ``1 + sum_i J_i`` over its long-run cycles (a Markov
+    (:mod:`specdec.cost.workloads`): ``1 + sum_i J_i`` over its long-run cycles (a Markov
     renewal-reward average when the regime is carried across cycles).
 
     Parameters
@@ -191,7 +191,7 @@ def expected_tokens(acceptance, gamma):
     3.058819
     >>> expected_tokens(1.0, 4), expected_tokens(0.0, 4)
     (5.0, 1.0)
-    >>> from specdec.workloads import bursty_workload
+    >>> from specdec.cost.workloads import bursty_workload
     >>> round(expected_tokens(bursty_workload(), 6), 3), round(expected_tokens(bursty_workload(carry=False), 6), 3)
     (2.825, 3.754)
     """
@@ -330,7 +330,7 @@ def speedup(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0):
     ----------
     acceptance : float, array_like or Workload
         Acceptance probability per proposal ``alpha`` in [0, 1] (independent, constant),
-        or a :class:`specdec.workloads.Workload`.
+        or a :class:`specdec.cost.workloads.Workload`.
     gamma : int or array_like of int
         Draft length, >= 1.
     c : float or array_like
@@ -361,7 +361,7 @@ def speedup(acceptance, gamma, c, *, g: GammaCost = None, overhead=0.0):
     (2.353, 1.583)
     >>> round(speedup(0.7, 6, 0.05, g=3), 3)
     0.927
-    >>> from specdec.workloads import ConstantWorkload
+    >>> from specdec.cost.workloads import ConstantWorkload
     >>> speedup(ConstantWorkload(0.7), 6, 0.05) == speedup(0.7, 6, 0.05)
     True
     """

@@ -15,7 +15,7 @@ turns counts into such statements:
   a sampler really follows and the exact law;
 * :func:`frequency_band`, :func:`max_deviation_bound`: calibrated bands for frequencies;
 * the statistics of the conformance kit (the one pooling rule, the pooled chi-square, its
-  power, detectable TV, Holm, the KL interval) are :mod:`specdec.kitstats`, which
+  power, detectable TV, Holm, the KL interval) are :mod:`specdec.stats.gof`, which
   :func:`gof_test` also uses.
 
 Used in Chapters 1, 3, 4, 5, 7 and 8 and by the conformance kit (Appendix A2).
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from .kitstats import pool_cells
-from .laws import LawError, check_counts, check_int, check_law, check_level, check_real
+from specdec.stats.gof import pool_cells
+from specdec.laws import LawError, check_counts, check_int, check_law, check_level, check_real
 
 __all__ = [
     "GofResult",

@@ -1,7 +1,7 @@
 """Dependence between consecutive cycles: does one cycle's acceptance predict the next's?
 
 The cost model's expected tokens per cycle treats cycles as independent; a regime carried
-along a text (:mod:`specdec.workloads`) makes consecutive accepted lengths correlated.
+along a text (:mod:`specdec.cost.workloads`) makes consecutive accepted lengths correlated.
 :func:`cycle_dependence` measures that correlation from decoded cycles (simulated or from
 a real decoder), with an interval that resamples whole requests. Used in Chapter 7.
 
@@ -18,8 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .laws import check_int
-from .verify import check_rng
+from specdec.laws import check_int
+from specdec.verify import check_rng
 
 __all__ = ["CycleDependence", "cycle_dependence"]
 
@@ -112,7 +112,7 @@ def cycle_dependence(accepted_lengths: Sequence[Sequence[int]], rng: np.random.G
 
     Examples
     --------
-    >>> from specdec.workloads import bursty_workload, simulate_requests
+    >>> from specdec.cost.workloads import bursty_workload, simulate_requests
     >>> a = simulate_requests(bursty_workload(), 4, 200, 40, np.random.default_rng(1))
     >>> d = cycle_dependence(a, np.random.default_rng(2), resamples=200)
     >>> d.verdict, d.pairs

@@ -11,7 +11,7 @@ Correct samplers
     library's Monte Carlo engine, :func:`specdec.simulate.simulate_tokens`),
     :func:`processed_correct` (logits, vectorised), :func:`library_generation` (the
     library's vectorised block engine); the library's scalar step
-    :func:`specdec.token.sample_step` and cycle :func:`specdec.block.speculative_cycle`.
+    :func:`specdec.step.sample_step` and cycle :func:`specdec.simulate.cycle.speculative_cycle`.
 
 Bugs (numbered as in the appendix)
     1. :func:`always_accept` - the accept test always passes.
@@ -43,7 +43,8 @@ from typing import Callable
 
 import numpy as np
 
-from specdec import laws, simulate, stateful, token, tokenrule
+from specdec import laws, simulate, step as token
+from specdec.rules import cycle as stateful, token as tokenrule
 from specdec.verify import draw, speculative_accept, verify
 from specdec.conformance import batch_sampler, block_sampler, token_sampler
 
@@ -217,7 +218,7 @@ def drop_rejected(p, q, rng):
 
     "Do not give the rejected token a second chance" sounds like a refinement of falling
     back to ``p``; it is the same mistake. The recovery must be the residual
-    ``(p - q)^+ / Z``. Exact law: ``specdec.token.output_law(p, q, tokenrule.DROP_REJECTED)``.
+    ``(p - q)^+ / Z``. Exact law: ``specdec.step.output_law(p, q, tokenrule.DROP_REJECTED)``.
     """
     x = int(draw(q, rng.random()))
     if speculative_accept(p[x], q[x], rng.random()):
@@ -234,7 +235,7 @@ def shared_uniform(p, q, rng):
     After a rejection of ``x`` that uniform is uniform on ``[a(x), 1)``, not on ``[0, 1)``,
     so the inverse-CDF draw favours the residual's last tokens. Invisible when the
     residual is a point mass (the article's example); the battery's ``spread_residual``
-    case is built to show it. Exact law: ``specdec.token.output_law(p, q,
+    case is built to show it. Exact law: ``specdec.step.output_law(p, q,
     tokenrule.SHARED_UNIFORM)``.
     """
     x = int(draw(q, rng.random()))
@@ -281,7 +282,7 @@ class StaleProposalsSampler:
     (corrected) context, as a draft forward pass over the proposed block would. The ratio
     then uses a law the tokens were not drawn from. (Reusing them *with* the probabilities
     they were drawn with would be exact: any proposal mechanism is, if the ratio uses its
-    true conditional law. ``specdec.stateful`` calls that cycle rule ``STALE_ORIGINAL_Q``; this
+    true conditional law. ``specdec.rules.cycle`` calls that cycle rule ``STALE_ORIGINAL_Q``; this
     bug is its ``STALE_PROPOSALS``.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
@@ -315,7 +316,7 @@ class NoRollbackSampler:
     appended; this sampler forgets to, so every later target law is conditioned on a
     context with rejected tokens in it (the wrong last tokens and the wrong position).
     The draft's cache is rolled back correctly, and the emitted text looks right; its law
-    is not. (``specdec.stateful.NO_ROLLBACK`` forgets both caches.)
+    is not. (``specdec.rules.cycle.NO_ROLLBACK`` forgets both caches.)
 
     Callable as ``sampler(target, draft, prefix, gamma, rng) -> (emitted, accepted,
     proposed)``; ``reset()`` empties the cache (the kit calls it before every decode).
@@ -371,8 +372,8 @@ def overcounting_cycle(target, draft, prefix, gamma, rng):
 
 @block_sampler(vectorised=True)
 def library_generation(target, draft, prefix, gamma, length, rng, n):
-    """The library's vectorised block engine (:func:`specdec.block.simulate_generation`)."""
-    from specdec import block
+    """The library's vectorised block engine (:func:`specdec.simulate.cycle.simulate_generation`)."""
+    from specdec.simulate import cycle as block
 
     return block.simulate_generation(target, draft, prefix, gamma, length, n, rng)
 
@@ -425,7 +426,7 @@ class GalleryEntry:
 
 
 def _block_library():
-    from specdec import block
+    from specdec.simulate import cycle as block
 
     return block.speculative_cycle
 
@@ -470,7 +471,7 @@ def _exact_target(case):
 
 #: The correct samplers, which must pass.
 CORRECT_SAMPLERS: tuple[GalleryEntry, ...] = (
-    GalleryEntry("library_step", 0, "library step (specdec.token.sample_step)",
+    GalleryEntry("library_step", 0, "library step (specdec.step.sample_step)",
                  lambda: token.sample_step, "token", _exact_target),
     GalleryEntry("library_vectorised", 0, "library engine (simulate_tokens), vectorised",
                  lambda: library_vectorised, "token", _exact_target),
@@ -478,7 +479,7 @@ CORRECT_SAMPLERS: tuple[GalleryEntry, ...] = (
                  lambda: vectorised_correct, "token", _exact_target),
     GalleryEntry("processed_correct", 0, "from logits, same processing for both laws",
                  lambda: processed_correct, "token", _exact_target),
-    GalleryEntry("library_cycle", 0, "library cycle (specdec.block.speculative_cycle)",
+    GalleryEntry("library_cycle", 0, "library cycle (specdec.simulate.cycle.speculative_cycle)",
                  _block_library, "block", _exact_target),
     GalleryEntry("library_generation", 0, "library block engine (simulate_generation), vectorised",
                  lambda: library_generation, "block", _exact_target),
@@ -541,7 +542,7 @@ def past_eos_generation(target, draft, prefix, gamma, length, rng, n):
     """
     import dataclasses as _dc
 
-    from specdec import block
+    from specdec.simulate import cycle as block
 
     no_eos = [_dc.replace(m, eos=None) for m in (target, draft)]
     out = block.simulate_generation(*no_eos, prefix, gamma, length, n, rng)

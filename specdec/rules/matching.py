@@ -43,10 +43,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import cycles
-from .verify import check_rng, draw
-from .laws import LawError, check_int, check_pair
-from .models import ToyModel, check_models, check_prefix
+from specdec.rules import base as cycles
+from specdec.verify import check_rng, draw
+from specdec.laws import LawError, check_int, check_pair
+from specdec.models import ToyModel, check_models, check_prefix
 
 __all__ = [
     "ISSUES",

@@ -31,7 +31,7 @@ position are widths ``(k,) * depth``. The rule is an object,
 :class:`RecursiveRejection` (one per drafting mode); its two hooks
 (:meth:`RecursiveRejection.proposal_law`, the law in the ratio and the residual, and
 :attr:`RecursiveRejection.carries_residual`) are what the flawed variants override, each
-one object in this module (:data:`specdec.multidraft.TREE_FLAWS`: ``ORIGINAL_Q``,
+one object in this module (:data:`specdec.rules.trees.TREE_FLAWS`: ``ORIGINAL_Q``,
 ``NO_RESIDUAL_UPDATE``). Used in Chapter 5 and Appendix A4.
 
 References
@@ -54,9 +54,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import cycles
-from .cycles import LawOracle
-from .laws import check_int
+from specdec.rules import base as cycles
+from specdec.rules.base import LawOracle
+from specdec.laws import check_int
 
 __all__ = [
     "DRAFTING",

@@ -38,7 +38,7 @@ Two orders match the errors of speculative decoding and of a wrong sampling sett
 * ``target``: by ``p`` descending: a temperature or top-k/top-p mismatch has a ratio that
   is monotone in ``p`` (``p^(1/T - 1)``; a constant on the kept tokens and 0 elsewhere).
 
-A test per order, combined with Holm (:func:`specdec.kitstats.holm_adjust`): Holm's
+A test per order, combined with Holm (:func:`specdec.stats.gof.holm_adjust`): Holm's
 step-down procedure controls the family-wise error under any dependence (the two orders'
 statistics share the tokens). :func:`scipy.stats.false_discovery_control` is not used: it
 is the Benjamini-Hochberg (or -Yekutieli) procedure, which controls the false discovery
@@ -116,8 +116,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from .laws import check_int, check_real
-from .kitstats import holm_adjust
+from specdec.laws import check_int, check_real
+from specdec.stats.gof import holm_adjust
 
 __all__ = ["ORDERINGS", "randomized_pit", "order_keys", "pooled_top_cells", "mean_pvalue", "laws_check",
            "ks_pvalue",
@@ -740,7 +740,7 @@ def laws_check(p_laws: Sequence[np.ndarray], tokens: Sequence[np.ndarray], *,
     Rosenblatt (1952); Brockwell (2007), randomised PIT for discrete laws; see the module
     docstring.
     """
-    from .verify import check_rng
+    from specdec.verify import check_rng
 
     rng = check_rng(rng)
     max_tokens = check_int(max_tokens, "max_tokens", minimum=1)

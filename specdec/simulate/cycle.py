@@ -24,7 +24,7 @@ the emitted sequence has exactly the law of sampling from the target alone. This
 holds the samplers: the scalar reference cycle under any cycle rule, and the vectorised
 engines. The cycle rules (the correct cycle and one object per bug) and the exact laws
 that check the claim by enumerating every draft trajectory and every accept/reject
-branch are :mod:`specdec.stateful`; the accounting of a run is :mod:`specdec.accounting`.
+branch are :mod:`specdec.rules.cycle`; the accounting of a run is :mod:`specdec.cost.accounting`.
 
 Sequences follow the convention of :func:`specdec.models.sequence_law`: tuples of token
 ids after the prompt, truncated to the requested length; a sequence ends at its first EOS
@@ -48,10 +48,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .laws import check_int
-from .stateful import CORRECT_CYCLE, CycleRule, check_cycle_rule
-from .models import ToyModel, check_models, check_prefix
-from .verify import check_rng, draw, verify
+from specdec.laws import check_int
+from specdec.rules.cycle import CORRECT_CYCLE, CycleRule, check_cycle_rule
+from specdec.models import ToyModel, check_models, check_prefix
+from specdec.verify import check_rng, draw, verify
 
 __all__ = [
     "CycleResult",
@@ -265,9 +265,9 @@ def speculative_cycle(target: ToyModel, draft: ToyModel, prefix, gamma: int, rng
         Draft length (>= 1).
     rng : numpy.random.Generator
         Source of randomness.
-    variant : specdec.stateful.CycleRule
-        :data:`specdec.stateful.CORRECT_CYCLE` (default) or a rule of
-        :data:`specdec.stateful.CYCLE_RULES`. A single cycle from a fresh state is identical
+    variant : specdec.rules.cycle.CycleRule
+        :data:`specdec.rules.cycle.CORRECT_CYCLE` (default) or a rule of
+        :data:`specdec.rules.cycle.CYCLE_RULES`. A single cycle from a fresh state is identical
         under the correct cycle, ``NO_ROLLBACK`` and the stale rules (they differ only in
         the state handed to the *next* cycle; use :func:`generate`).
 
@@ -326,9 +326,9 @@ def generate(target: ToyModel, draft: ToyModel, prefix, gamma: int, length: int,
         Number of tokens wanted (>= 1).
     rng : numpy.random.Generator
         Source of randomness.
-    variant : specdec.stateful.CycleRule
-        :data:`specdec.stateful.CORRECT_CYCLE` (default) or a rule of
-        :data:`specdec.stateful.CYCLE_RULES`.
+    variant : specdec.rules.cycle.CycleRule
+        :data:`specdec.rules.cycle.CORRECT_CYCLE` (default) or a rule of
+        :data:`specdec.rules.cycle.CYCLE_RULES`.
 
     Returns
     -------

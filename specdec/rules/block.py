@@ -1,6 +1,6 @@
 """Block verification (Sun et al., ICLR 2025): verify the drafted block jointly, exactly.
 
-Token-by-token verification (Leviathan et al.; :mod:`specdec.block`) stops at the first
+Token-by-token verification (Leviathan et al.; :mod:`specdec.simulate.cycle`) stops at the first
 rejected draft token. Sun et al. show that this is not the best a verifier can do with the
 same draft and the same target pass: **block verification** looks at the whole block and
 can keep a longer prefix, while the emitted text still has exactly the target's law.
@@ -20,8 +20,8 @@ Eqs. 4-5):
 A draft block that ends with EOS has no bonus position: ``tau = k`` then emits the block.
 (This equals the paper's rule on models padded after EOS, where draft and target agree.)
 
-The rule is an object (:class:`specdec.cycles.ChainRule`), :data:`BLOCK` (Sun et al.),
-compared with token-by-token verification, :data:`specdec.tokenrule.TOKEN`. Block verification's hooks
+The rule is an object (:class:`specdec.rules.base.ChainRule`), :data:`BLOCK` (Sun et al.),
+compared with token-by-token verification, :data:`specdec.rules.token.TOKEN`. Block verification's hooks
 (:meth:`BlockVerification.tau_law` and :meth:`BlockVerification.accepted_length`, the
 stopping rule; :meth:`BlockVerification.residual_weight`, the corrected token's law) are
 what the flawed variants that real implementations shipped override, each one object in
@@ -32,7 +32,7 @@ The module also gives the paper's worked example in exact fractions
 (:func:`paper_example`: 10/9 and 11/9 accepted drafts per cycle) and the sum-of-minima
 bound that no valid verifier can beat (:func:`accepted_bound`: 12/9 there), which is not
 attained: the best any exact verifier reaches is block verification's count
-(:func:`specdec.optimality.optimal_accepted`, a linear program over all verifiers).
+(:func:`specdec.rules.optimality.optimal_accepted`, a linear program over all verifiers).
 
 References
 ----------
@@ -51,11 +51,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import cycles
-from .cycles import DraftPath, LawOracle
-from .laws import check_int
-from .tokenrule import TOKEN
-from .models import check_prefix
+from specdec.rules import base as cycles
+from specdec.rules.base import DraftPath, LawOracle
+from specdec.laws import check_int
+from specdec.rules.token import TOKEN
+from specdec.models import check_prefix
 
 __all__ = [
     "block_weights",
@@ -168,7 +168,7 @@ class BlockVerification(cycles.ChainRule):
 
 #: Sun et al.'s block verification.
 BLOCK = BlockVerification()
-#: The exact chain rules Appendix A4 compares: token by token (:data:`specdec.tokenrule.TOKEN`)
+#: The exact chain rules Appendix A4 compares: token by token (:data:`specdec.rules.token.TOKEN`)
 #: and block verification.
 RULES: tuple[cycles.ChainRule, ...] = (TOKEN, BLOCK)
 
@@ -254,7 +254,7 @@ def accepted_bound(target, draft, prefix, gamma: int):
     alone, and one exact verifier need not reach them all at once. In Sun et al.'s
     example it is 12/9, while the largest expected accepted count of any valid verifier,
     even one that knows the joint block laws, is 11/9, block verification's
-    (:func:`specdec.optimality.optimal_accepted` solves the linear program over all
+    (:func:`specdec.rules.optimality.optimal_accepted` solves the linear program over all
     verifiers and certifies 11/9 exactly). The gap of 1/9 is not an information gap: the
     example's laws do not depend on the context, so a verifier that sees only the laws
     along the drafted path knows them all. The scheme that reaches 12/9 there draws the
@@ -267,7 +267,7 @@ def accepted_bound(target, draft, prefix, gamma: int):
     Parameters
     ----------
     target, draft, prefix, gamma
-        As in :meth:`specdec.cycles.Rule.accepted_count_law` (``target`` may be a LawOracle).
+        As in :meth:`specdec.rules.base.Rule.accepted_count_law` (``target`` may be a LawOracle).
 
     Returns
     -------
@@ -282,7 +282,7 @@ def accepted_bound(target, draft, prefix, gamma: int):
     Examples
     --------
     >>> from fractions import Fraction as F
-    >>> from specdec.cycles import fixed_oracle
+    >>> from specdec.rules.base import fixed_oracle
     >>> accepted_bound(fixed_oracle([F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)]), None, (), 2)
     Fraction(4, 3)
     """
@@ -323,7 +323,7 @@ class PaperExample:
         The sum-of-minima (coupling) bound of :func:`accepted_bound` (12/9): a true upper
         bound that no valid verifier attains here. The most any exact verifier accepts,
         even one that knows the joint block laws, is :attr:`block` (11/9; the linear
-        program of :func:`specdec.optimality.optimal_accepted`). The example's laws do not
+        program of :func:`specdec.rules.optimality.optimal_accepted`). The example's laws do not
         depend on the context, so the 1/9 between them is not an information gap.
     token_law, block_law : tuple of Fraction
         Laws of the accepted count (0, 1, 2) under each rule.

@@ -12,9 +12,9 @@ are the same rule:
 * **one step** (a draft of one token, no bonus position): :meth:`TokenByToken.acceptance`,
   :meth:`TokenByToken.recovery`, the exact law of the emitted token
   (:meth:`TokenByToken.output_law`) and a sampler (:meth:`TokenByToken.sample_step`);
-* **one cycle** over a drafted chain (a :class:`specdec.cycles.ChainRule`): the exact law
+* **one cycle** over a drafted chain (a :class:`specdec.rules.base.ChainRule`): the exact law
   of the cycle's outcomes given the laws along the path (:meth:`TokenByToken.path_outcomes`), from
-  which :mod:`specdec.cycles` derives the sequence law, the accepted-count law and the
+  which :mod:`specdec.rules.base` derives the sequence law, the accepted-count law and the
   kit's declared law, and a sampler (:meth:`TokenByToken.sample_path`).
 
 Both samplers of the exact rule are the verification kernel :func:`specdec.verify.verify`.
@@ -46,8 +46,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import cycles
-from .verify import cdf, draw, residual_laws, speculative_accept, verify
+from specdec.rules import base as cycles
+from specdec.verify import cdf, draw, residual_laws, speculative_accept, verify
 
 __all__ = [
     "TokenByToken", "TOKEN", "StepFlaw", "FALLBACK_P", "RESAMPLE_Q", "DROP_REJECTED",
@@ -312,7 +312,7 @@ class MPlusR(StepFlaw):
     """The notation trap: accepted mass plus residual, ``m + r``, without weighting ``r`` by ``Z``.
 
     Not a procedure but an error in the formula of the law: the raw vector sums to
-    ``1 + beta`` (:func:`specdec.token.m_plus_r_raw`); its law is the normalised
+    ``1 + beta`` (:func:`specdec.step.m_plus_r_raw`); its law is the normalised
     ``(m + r) / (1 + beta)``, what sampling in proportion to it gives.
     """
 
@@ -414,6 +414,6 @@ def check_token_rule(rule, name: str = "rule") -> TokenByToken:
         ``rule`` is not a :class:`TokenByToken`.
     """
     if not isinstance(rule, TokenByToken):
-        raise TypeError(f"{name}: must be a token-by-token rule of specdec.tokenrule such as "
+        raise TypeError(f"{name}: must be a token-by-token rule of specdec.rules.token such as "
                         f"TOKEN or FALLBACK_P (got {rule!r})")
     return rule
