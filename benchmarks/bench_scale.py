@@ -1,6 +1,6 @@
 """Speculation on the memory-bound target: llama-server with and without the book's draft.
 
-Runs :func:`specdec.book.served.run_scale_study` (the protocol of chapter 8's section on
+Runs :func:`specbook.served.run_scale_study` (the protocol of chapter 8's section on
 a memory-bound target) on the large target only, at the chapter's settings (sampled text
 at temperature 1, the mixed-language stream, cost windows spread through the stream),
 and prints for the stream and per language the target's step, c, g(gamma), E, the
@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import sys
 
-from specdec.book.prose import signed_percent
-from specdec.book.served import run_scale_study
+from specbook.prose import signed_percent
+from specbook.served import run_scale_study
 
 TARGET = 1.5
 TOLERANCE = 0.10

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from specdec import client as cl
 from specdec import nn
-from specdec.book.instruments import (interleave_languages, pass_times,  # noqa: E402
+from specbook.instruments import (interleave_languages, pass_times,  # noqa: E402
                                       predicted_speedup, step_times, window_costs)
 from specdec.measure import rotation  # noqa: E402
 

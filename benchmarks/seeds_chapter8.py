@@ -33,7 +33,7 @@ from pathlib import Path
 from _common import REPO, engine_tool, execute_notebook
 
 sys.path.insert(0, str(REPO))
-from specdec.book.prose import signed_percent  # noqa: E402
+from specbook.prose import signed_percent  # noqa: E402
 
 GLUED = ("ch8_big_headline", "ch8_big_predicted", "ch8_big_error", "ch8_big_window_errors",
          "ch8_big_error_wall", "ch8_big_waiting", "ch8_big_seconds", "ch8_pt_large_seconds",
@@ -81,7 +81,7 @@ def _code_lines(text: str):
 def scale_run(seed: int) -> dict:
     """The chapter's memory-bound study alone at ``seed``: the headline row's numbers."""
     sys.path.insert(0, str(REPO))
-    from specdec.book.served import run_scale_study
+    from specbook.served import run_scale_study
 
     before, t0 = os.getloadavg()[0], time.time()
     st = run_scale_study(seed=seed, **chapter_scale_knobs())

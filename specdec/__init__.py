@@ -42,12 +42,12 @@ The library behind *specdec-book*. One module per idea:
 - :mod:`specdec.measure`, :mod:`specdec.protocol`, :mod:`specdec.client`: timing
   arithmetic and reports; the paired, interleaved protocol on in-process decoders; the
   same protocol over HTTP against a streaming server (``python -m specdec.client``).
-- :mod:`specdec.book`: what exists for the book only: the article's claims table
-  (:mod:`~specdec.book.claims`), numbers in prose (:mod:`~specdec.book.prose`), run records
-  (:mod:`~specdec.book.provenance`), figure defaults (:mod:`~specdec.book.plotting`),
-  numbered tables (:mod:`~specdec.book.tables`) and chapter 8's study, served-engine runs
-  and data-chosen sentences (:mod:`~specdec.book.study`, :mod:`~specdec.book.served`,
-  :mod:`~specdec.book.ch8_text`).
+- :mod:`specbook`: what exists for the book only: the article's claims table
+  (:mod:`~specbook.claims`), numbers in prose (:mod:`~specbook.prose`), run records
+  (:mod:`~specbook.provenance`), figure defaults (:mod:`~specbook.plotting`),
+  numbered tables (:mod:`~specbook.tables`) and chapter 8's study, served-engine runs
+  and data-chosen sentences (:mod:`~specbook.study`, :mod:`~specbook.served`,
+  :mod:`~specbook.ch8_text`).
 """
 
 __version__ = "0.1.0"

@@ -347,7 +347,7 @@ class Report:
         Models (name, parameters, weight hash), precision, sampling settings, gammas,
         hardware, library versions, prompt distribution, repeats, seed.
     columns : tuple of str
-        Columns a table of it shows (``specdec.book.tables.report_markdown`` in the book).
+        Columns a table of it shows (``specbook.tables.report_markdown`` in the book).
     """
 
     title: str

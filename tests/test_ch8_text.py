@@ -1,4 +1,4 @@
-"""Chapter 8's data-driven sentences (specdec.book.ch8_text) on synthetic measurements, in
+"""Chapter 8's data-driven sentences (specbook.ch8_text) on synthetic measurements, in
 both directions: every sentence must follow the numbers it is given."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from specdec.book import ch8_text as t
+from specbook import ch8_text as t
 
 
 def test_versus_one_both_ways_and_noise():
@@ -370,7 +370,7 @@ def _pt_check(passed, p=0.5, tokens=48_000, dtv=0.0195):
 
 
 def test_pertoken_verdict_both_ways():
-    from specdec.book.ch8_text import pertoken_lines, pertoken_verdict
+    from specbook.ch8_text import pertoken_lines, pertoken_verdict
     good = {"plain": _pt_check(True), "speculative": _pt_check(True, dtv=0.0191),
             "controls": {"synthetic": _pt_check(False, 1e-40, 5400),
                          "top_k": _pt_check(False, 0.0, 5400)}}
@@ -401,7 +401,7 @@ def test_pertoken_verdict_both_ways():
 
 
 def test_draft_ceiling_both_ways_and_refusals():
-    from specdec.book.ch8_text import draft_ceiling
+    from specbook.ch8_text import draft_ceiling
     low = draft_ceiling(0.12, 0.21, 0.10, 0.98, 1.5, 4)
     assert "at a mean 12% of positions" in low and "its own arg-max at 21%" in low
     assert "E = 1 + 4·0.21" in low and "0.98×, below 1.5×" in low

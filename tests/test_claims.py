@@ -1,4 +1,4 @@
-"""Tests for specdec.book.claims: every claim recomputes, and check() reports clearly."""
+"""Tests for specbook.claims: every claim recomputes, and check() reports clearly."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from specdec.book import claims
-from specdec.book.claims import CLAIMS, RELATIONS, Claim, article_run_frequencies, check, claim, ledger
+from specbook import claims
+from specbook.claims import CLAIMS, RELATIONS, Claim, article_run_frequencies, check, claim, ledger
 
 
 def test_every_claim_holds():

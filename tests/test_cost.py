@@ -222,7 +222,7 @@ SECTION_5_7_KEYS = [
 
 @pytest.mark.parametrize("key", SECTION_5_7_KEYS)
 def test_claims_of_sections_5_to_7_hold(key):
-    from specdec.book import claims
+    from specbook import claims
 
     c = claims.claim(key)
     assert c.section == int(key[1])
@@ -230,7 +230,7 @@ def test_claims_of_sections_5_to_7_hold(key):
 
 
 def test_claims_values_and_failures():
-    from specdec.book import claims
+    from specbook import claims
 
     assert claims.claim("s6_expected_tokens").stated == 3.058819
     assert claims.claim("s6_speedup_c005").stated == 2.353

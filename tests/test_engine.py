@@ -120,7 +120,7 @@ def test_served_law_checks_on_synthetic_draws():
 
 
 def test_rule_acceptance_is_exact():
-    from specdec.book.served import rule_acceptance
+    from specbook.served import rule_acceptance
 
     t = nn.Transformer.random(nn.TransformerConfig(2, 16, 4, 64), np.random.default_rng(0), "t")
     d = nn.Transformer.random(nn.TransformerConfig(1, 8, 2, 64), np.random.default_rng(1), "d")
@@ -260,7 +260,7 @@ def test_synthetic_acceptance_is_caught(server_binary):
 
 
 def test_pass_times_refuses_bad_arguments_by_name():
-    from specdec.book.instruments import pass_times
+    from specbook.instruments import pass_times
 
     # every argument is checked before the first request: the endpoints are never called
     for kwargs, error, message in (
@@ -287,7 +287,7 @@ def test_pass_times_refuses_bad_arguments_by_name():
 
 
 def test_step_times_refuses_bad_arguments_by_name():
-    from specdec.book.instruments import step_times
+    from specbook.instruments import step_times
 
     for kwargs, error, message in (
             (dict(steps=0), ValueError, "steps: must be an integer >= 1"),
@@ -310,7 +310,7 @@ def test_step_times_leave_out_the_work_a_request_does_once(server_binary):
     request of its own (which adds reading, tokenizing and answering the request once): on
     the draft, whose step is a fraction of a millisecond, several times less. The cost
     model counts the draft's step gamma times per cycle, so the difference matters."""
-    from specdec.book.instruments import pass_times, step_times, thread_times
+    from specbook.instruments import pass_times, step_times, thread_times
 
     prefix = "The history of the city begins with a small settlement"
     with engine.serve("target") as target, engine.serve("draft") as draft:

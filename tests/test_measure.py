@@ -1,5 +1,5 @@
 """Tests of the measurement library (specdec.measure), the in-process protocol
-(specdec.protocol) and chapter 8's study (specdec.book.study): arithmetic on synthetic
+(specdec.protocol) and chapter 8's study (specbook.study): arithmetic on synthetic
 timings, fake clocks."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from specdec import decode as dec
 from specdec import measure as ms
 from specdec import nn
 from specdec import protocol as pr
-from specdec.book.study import run_study
-from specdec.book.tables import markdown_table, report_markdown
+from specbook.study import run_study
+from specbook.tables import markdown_table, report_markdown
 
 finite = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
 

@@ -680,7 +680,7 @@ def test_an_installed_copy_runs_the_chapter_8_models(tmp_path):
 
 
 def test_the_book_trials_are_the_build_default():
-    from specdec.book import provenance
+    from specbook import provenance
 
     assert provenance.BOOK_TRIALS == build.TRIALS_DEFAULT
     with pytest.raises(ValueError, match=r"trials: must be an integer >= 1 \(got 0\)"):

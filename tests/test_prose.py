@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pytest
 
-from specdec.book.prose import glue_value, plain, sci
+from specbook.prose import glue_value, plain, sci
 
 
 def test_plain_converts_numpy_scalars():

@@ -1,4 +1,4 @@
-"""specdec.book.provenance: the run records at the top and the bottom of every chapter."""
+"""specbook.provenance: the run records at the top and the bottom of every chapter."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from specdec import __version__
-from specdec.book import provenance
+from specbook import provenance
 
 
 def test_run_parameters_markdown_is_a_note_with_seed_and_trials():

@@ -27,7 +27,7 @@ from conftest import FIGURE_LIMIT, oversized
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdec.book import prose
+from specbook import prose
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "publishing"
@@ -263,7 +263,7 @@ def test_chapters_have_download_and_provenance_and_no_placeholder_launch(html_di
 def test_run_note_gives_the_provenance_boxs_execution_time(html_dir, book):
     """The run note at a chapter's top and the provenance box at its end state the same
     duration (one measurement), then the whole run with the kernel's start."""
-    from specdec.book.provenance import _duration_text
+    from specbook.provenance import _duration_text
 
     for name in ("01-demo",):  # the fixture chapter with a run note
         path = book / "book" / "chapters" / f"{name}.ipynb"
@@ -699,7 +699,7 @@ def test_every_chapter_ends_with_the_provenance_box():
     assert missing == [], (
         "these chapters must end with the provenance cell "
         "(```{code-cell} ipython3 / :tags: [remove-input] / "
-        "from specdec.book.provenance import show_provenance / "
+        "from specbook.provenance import show_provenance / "
         f"show_provenance(seed=seed, trials=trials)): {missing}")
 
 
@@ -1066,7 +1066,7 @@ def test_lock_file_pins_every_requirement_at_the_installed_version():
 
 
 def test_palette_keeps_right_and_wrong_for_their_meaning():
-    from specdec.book import plotting
+    from specbook import plotting
 
     right, wrong = plotting.PALETTE["correct"], plotting.PALETTE["wrong"]
     assert right not in plotting.CATEGORIES and wrong not in plotting.CATEGORIES
@@ -1087,7 +1087,7 @@ def test_palette_keeps_right_and_wrong_for_their_meaning():
 def _figure_colours(code: str) -> set[str]:
     """Names (plotting.COLOUR_NAMES) of the colours a figure's code draws with: palette
     roles, categories by index (all of them when indexed by a variable), hex codes."""
-    from specdec.book import plotting
+    from specbook import plotting
 
     names = {k.upper(): v for k, v in plotting.COLOUR_NAMES.items()}
     found = {names[plotting.PALETTE[r].upper()]
@@ -1103,7 +1103,7 @@ def _figure_colours(code: str) -> set[str]:
 
 
 def _caption_colours(caption: str) -> set[str]:
-    from specdec.book import plotting
+    from specbook import plotting
 
     text, said = caption.lower(), set()
     for name in sorted(set(plotting.COLOUR_NAMES.values()), key=len, reverse=True):

@@ -180,7 +180,7 @@ def test_pertoken_exactness_of_one_target(engine):
     when exact within the measured tolerance), their detectable TV reaches the asked
     resolution, the same seeds give the same texts with and without the draft, each
     distinct text's laws are computed once, and both controls fail."""
-    from specdec.book.served import pertoken_exactness
+    from specbook.served import pertoken_exactness
 
     t0 = time.perf_counter()
     got = pertoken_exactness(engine, "target", gamma=GAMMA, prompts=_english(),
@@ -207,7 +207,7 @@ def test_pertoken_exactness_of_one_target(engine):
 
 
 def test_pertoken_exactness_refuses_bad_arguments():
-    from specdec.book.served import pertoken_exactness
+    from specbook.served import pertoken_exactness
 
     kw = dict(gamma=2, prompts=["abc"], max_tokens=10, seed=0)
     for name, bad in (("max_tokens", 0), ("gamma", 0), ("slots", 1.5), ("control_requests", -1)):

@@ -1,4 +1,4 @@
-"""Chapter 8's served-study helpers (specdec.book.instruments) without an engine: the mixed
+"""Chapter 8's served-study helpers (specbook.instruments) without an engine: the mixed
 stream's order, the repetition measure, the bootstrap interval over prompts, the cost
 window, the context of a run, and the sampled protocol against two scripted servers."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from scripted_server import Script, ScriptedServer
 
 from specdec import client as cl
-from specdec.book import instruments as s
+from specbook import instruments as s
 
 
 def test_interleave_languages_takes_turns_and_refuses_nothing():
@@ -306,7 +306,7 @@ def test_pass_times_positions_are_checked_before_any_request():
 
 
 def test_scale_study_and_protocol_refuse_bad_windows_before_serving():
-    from specdec.book.served import run_scale_study
+    from specbook.served import run_scale_study
 
     with pytest.raises(ValueError, match="cost_repeats: must be an integer from 1 to the 8"):
         run_scale_study(languages=("en", "it"), prompts_per_language=4, cost_repeats=9)

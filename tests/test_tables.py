@@ -1,10 +1,10 @@
-"""specdec.book.tables: the numbered tables' MyST source."""
+"""specbook.tables: the numbered tables' MyST source."""
 
 import pytest
 
 
 def test_table_widths_one_positive_integer_per_column():
-    from specdec.book.tables import table_markdown
+    from specbook.tables import table_markdown
 
     text = table_markdown(["| a | b | c |", "|--|--|--|", "| 1 | 2 | 3 |"], "Three.", "tab-x-w",
                           widths=[5, 2, 3])

@@ -22,7 +22,7 @@
 * The edition: the citing page writes ``@EDITION@`` (the version, "unreleased build"
   unless the version's tag ``vX.Y.Z`` points at the built commit of a clean tree),
   ``@COMMIT@`` and ``@EDITION_NOTE@`` (a warning when the build is not a released edition),
-  filled in from git (specdec.book.provenance.Edition). ``@BOOK_EXECUTION_TIME@`` (the
+  filled in from git (specbook.provenance.Edition). ``@BOOK_EXECUTION_TIME@`` (the
   landing page) is the sum of the executed chapters' run times in this build.
 * Heading permalinks: a section with an explicit label (``(sec-mass-rule)=``) has the
   label as its first id, so the ``#`` link next to its heading is ``#sec-mass-rule``, the
@@ -49,7 +49,7 @@ from pathlib import Path
 SOURCES_DIR = "_sources/notebooks"
 
 
-RUN_NOTE = "This page was executed with"  # specdec.book.provenance.run_parameters_markdown
+RUN_NOTE = "This page was executed with"  # specbook.provenance.run_parameters_markdown
 
 
 def _build_metadata(app, pagename: str) -> dict:
@@ -204,14 +204,14 @@ def repository_urls(app) -> tuple[str, str]:
 
 
 def _provenance_module():
-    """specdec/book/provenance.py of this repository, loaded by path (the Sphinx process
+    """specbook/provenance.py of this repository, loaded by path (the Sphinx process
     may have another copy of specdec on its path, or none)."""
     import importlib.util
     import sys
 
     name = "_specdec_book_provenance"
     if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "specdec" / "book" / "provenance.py"
+        path = Path(__file__).resolve().parent.parent / "specbook" / "provenance.py"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -231,7 +231,7 @@ def book_version(root: Path) -> str | None:
 
 def build_edition(root: Path) -> dict[str, str]:
     """What the citing page says of this build's edition: ``label`` (BibTeX ``edition``),
-    ``commit`` and ``note`` (specdec.book.provenance.Edition). Also part of the render
+    ``commit`` and ``note`` (specbook.provenance.Edition). Also part of the render
     fingerprint of tools/build.py, so a new commit renders the pages again."""
     provenance = _provenance_module()
     edition = provenance.edition_of(root, book_version(root))

@@ -10,7 +10,7 @@ Data flow (one direction, nothing flows back)::
 * Which notebooks run: every ``_toc.yml`` entry under ``book/chapters/``; its source is
   ``notebooks/<same name>.md``.
 * When a notebook runs: its fingerprint is the sha256 of its source, every file of the
-  library (``specdec/``), ``pyproject.toml``, this build tool and the parameters. An
+  library (``specdec/``), the book's machinery (``specbook/``), ``pyproject.toml``, this build tool and the parameters. An
   executed notebook is cached under its fingerprint, so an unchanged notebook is never
   re-run, and after a failure is fixed only the notebooks that did not succeed run again.
 * When the HTML is rebuilt: when the fingerprint of everything Jupyter Book reads (the
@@ -195,6 +195,8 @@ def shared_digest(layout: Layout, params: dict[str, int]) -> str:
     """Everything a notebook depends on besides its own source."""
     h = hashlib.sha256(FINGERPRINT_VERSION.encode())
     h.update(b"library\0" + tree_digest(layout.library).encode())
+    machinery = layout.root / "specbook"          # the book's machinery, outside the wheel
+    h.update(b"specbook\0" + (tree_digest(machinery).encode() if machinery.exists() else b"-"))
     pyproject = layout.root / "pyproject.toml"
     h.update(b"pyproject\0" + (tree_digest(pyproject).encode() if pyproject.exists() else b"-"))
     h.update(b"tool\0" + tool_digest().encode())

@@ -6,7 +6,7 @@
 Everything on the page is read from ``book/chapters/*.ipynb``: the run time the build
 measured (``metadata.specdec``), papermill's per-notebook and per-cell timings
 (``metadata.papermill``) and the provenance record that each chapter's last cell attaches
-to its output's metadata (``specdec.book.provenance.show_provenance``). Nothing depends on the current build, so an
+to its output's metadata (``specbook.provenance.show_provenance``). Nothing depends on the current build, so an
 unchanged set of notebooks gives a byte-identical page and the HTML is not rebuilt for
 nothing; a notebook served from the execution cache shows the run that produced it.
 
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PROVENANCE_MIME = "application/vnd.specdec.provenance+json"  # = specdec.book.provenance.PROVENANCE_MIME
+PROVENANCE_MIME = "application/vnd.specdec.provenance+json"  # = specbook.provenance.PROVENANCE_MIME
 LABEL = "execution-statistics"
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from specdec.book.prose import pvalue_text, sci
+from specdec.conformance.report import pvalue_text, sci
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
            "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",

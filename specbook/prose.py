@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+from specdec.conformance.report import pvalue_text, sci  # noqa: F401  (the book writes numbers as the kit does)
 
 
 def plain(value):
@@ -68,87 +68,6 @@ def glue_value(key: str, value):
     value = plain(value)
     glue(key, value, display=False)
     return value
-
-
-def sci(x: float, digits: int = 1) -> str:
-    """Scientific notation for the prose: ``10⁻⁹``, ``3.2 × 10⁻¹⁰``; zero stays ``0``.
-
-    Parameters
-    ----------
-    x : float
-        The number (typically a probability).
-    digits : int, default 1
-        Digits after the decimal point of the mantissa.
-
-    Returns
-    -------
-    str
-        ``"10ᵉ"`` when the mantissa rounds to 1, ``"m × 10ᵉ"`` otherwise.
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not a finite real number or ``digits`` is negative.
-
-    Examples
-    --------
-    >>> sci(1e-9)
-    '10⁻⁹'
-    >>> sci(3.2e-10)
-    '3.2 × 10⁻¹⁰'
-    >>> sci(0.0)
-    '0'
-    """
-    if not isinstance(x, numbers.Real) or not np.isfinite(x):
-        raise ValueError(f"x: must be a finite real number (got {x!r})")
-    if not isinstance(digits, numbers.Integral) or digits < 0:
-        raise ValueError(f"digits: must be an integer >= 0 (got {digits!r})")
-    if x == 0:
-        return "0"
-    mantissa, exponent = f"{float(x):.{digits}e}".split("e")
-    power = "10" + str(int(exponent)).translate(_SUPERSCRIPTS)
-    if float(mantissa) == 1:
-        return power
-    if float(mantissa) == -1:
-        return "−" + power
-    return f"{mantissa} × {power}"
-
-
-def pvalue_text(p: float) -> str:
-    """A p-value for the prose and tables: 2 significant digits, small ones in powers of ten.
-
-    A p-value is never exactly 0; one that underflows to 0 in floating point is written
-    as a bound, ``< 10⁻³⁰⁰``.
-
-    Parameters
-    ----------
-    p : float
-        The p-value, ``0 <= p <= 1``.
-
-    Returns
-    -------
-    str
-        ``"0.57"``, ``"0.031"``, ``"2.6 × 10⁻⁹"``, ``"< 10⁻³⁰⁰"``.
-
-    Raises
-    ------
-    ValueError
-        If ``p`` is not a real number in [0, 1].
-
-    Examples
-    --------
-    >>> pvalue_text(0.5712)
-    '0.57'
-    >>> pvalue_text(2.63e-9)
-    '2.6 × 10⁻⁹'
-    >>> pvalue_text(0.0)
-    '< 10⁻³⁰⁰'
-    """
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
-        raise ValueError(f"p: must be a real number in [0, 1] (got {p!r})")
-    if p == 0:
-        return "< " + sci(1e-300)
-    return f"{float(p):.2g}" if p >= 1e-3 else sci(float(p))
 
 
 def widths_text(widths) -> str:

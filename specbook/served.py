@@ -21,7 +21,7 @@ The book's use of :mod:`specdec.client` on ``llama-server`` serving the book's m
    baseline, and the context of every run (:func:`run_context`).
 
 The instruments these steps use (pass timings, the sampled-text protocol, the bandwidth
-baseline, the run's context) are :mod:`specdec.book.instruments`.
+baseline, the run's context) are :mod:`specbook.instruments`.
 
 Used in Chapter 8.
 """
@@ -44,7 +44,7 @@ from specdec import decode as dec
 from specdec import nn
 from specdec.client import exactness as ex
 from specdec.measure import idle_cores, rotation
-from specdec.book.instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, interleave_languages,
+from specbook.instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, interleave_languages,
                           last_level_cache,
                           memory_bandwidth, pass_times, predicted_speedup, run_context, step_times,
                           sampled_protocol, weight_bytes, window_costs)
@@ -55,7 +55,7 @@ __all__ = ["load_engine", "rule_acceptance", "pertoken_exactness", "ServedStudy"
 
 def load_engine():
     """``tools/engine.py`` of the repository the models come from (tooling, not library)."""
-    path = Path(__file__).resolve().parents[2] / "tools" / "engine.py"   # the checkout's root
+    path = Path(__file__).resolve().parents[1] / "tools" / "engine.py"   # the checkout's root
     name = "specdec_book_engine_tool"
     if name in sys.modules:
         return sys.modules[name]

@@ -20,7 +20,7 @@ from specdec.measure import Clock, Report, environment, limit_blas_threads, mode
     prompt_distribution
 from specdec.nn import LANGUAGES, load_heldout, load_manifest, load_model
 from specdec.protocol import Setting, compare, concurrency, cost_model_check, step_costs
-from specdec.book.tables import metadata_markdown, report_markdown
+from specbook.tables import metadata_markdown, report_markdown
 
 __all__ = ["Study", "study_prompts", "run_study"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from specdec.book.prose import pvalue_text, sci, signed_percent
+from specbook.prose import pvalue_text, sci, signed_percent
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "g_beyond_batch",
@@ -796,7 +796,7 @@ PERTOKEN_SUBJECTS = {"plain": "without the draft the server", "speculative": "wi
 
 
 def pertoken_verdict(result, names=None, subjects=None) -> str:
-    """What one target's per-token checks found (:func:`specdec.book.served.pertoken_exactness`,
+    """What one target's per-token checks found (:func:`specbook.served.pertoken_exactness`,
     or any dict with a ``plain`` and/or a ``speculative`` check and ``controls``): each
     configuration's verdict with the error it would have detected, and whether the
     controls failed as they must. ``subjects`` renames configurations (default

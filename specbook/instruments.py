@@ -1,6 +1,6 @@
 """Chapter 8's instruments on a served engine: pass timings, the sampled-text protocol, context.
 
-The measuring parts of the served study (:mod:`specdec.book.served` runs them):
+The measuring parts of the served study (:mod:`specbook.served` runs them):
 
 * :func:`step_times` and :func:`pass_times`: the engine's decoding steps inside a
   generation and its passes over new positions, behind the cost model's ``c`` and
