@@ -28,10 +28,8 @@ Used in Chapter 8.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,19 +51,16 @@ __all__ = ["load_engine", "rule_acceptance", "pertoken_exactness", "ServedStudy"
            "run_served_study", "ScaleStudy", "run_scale_study"]
 
 
+ROOT = Path(__file__).resolve().parents[1]      # the checkout the book is built from
+
+
 def load_engine():
-    """``tools/engine.py`` of the repository the models come from (tooling, not library)."""
-    path = Path(__file__).resolve().parents[1] / "tools" / "engine.py"   # the checkout's root
-    name = "specdec_book_engine_tool"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or not path.exists():
-        raise FileNotFoundError(f"{path}: the engine tool is missing from this checkout")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The book's engine tooling, ``tools/engine.py`` (builds llama.cpp's binaries from the
+    pinned sources, converts the book's models to GGUF, serves them by name): build
+    tooling beside the book's machinery, not part of the library."""
+    from tools import engine
+
+    return engine
 
 
 def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequence[str],

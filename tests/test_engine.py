@@ -10,7 +10,6 @@ cached; 10-30 minutes on 2 cores), then each starts a server for a few seconds.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
@@ -37,15 +36,7 @@ from specdec.client import exactness as ex
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load_engine():
-    spec = importlib.util.spec_from_file_location("specdec_engine_tool", REPO / "tools" / "engine.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                   # dataclasses look the module up
-    spec.loader.exec_module(module)
-    return module
-
-
-engine = _load_engine()
+from tools import engine  # noqa: E402
 
 
 # ------------------------------------------------------------------ no server needed

@@ -12,9 +12,7 @@ gamma 3, pass it against the rule read from the source, and pass it at gamma 0.
 
 from __future__ import annotations
 
-import importlib.util
 import stat
-import sys
 import time
 from pathlib import Path
 
@@ -171,14 +169,9 @@ def test_parse_prefix_and_the_lost_log_fallback(tmp_path):
 
 # ------------------------------------------------------------------ the real binary
 def _engine():
-    path = Path(__file__).resolve().parents[1] / "tools" / "engine.py"
-    name = "specdec_engine_tool"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    from tools import engine
+
+    return engine
 
 
 @pytest.fixture(scope="module")

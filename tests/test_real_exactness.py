@@ -23,10 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 from specdec import client as cl
 from specdec import decode as dec
@@ -140,12 +137,9 @@ def test_decoder_validation(models):
 
 # ------------------------------------------------------------------ the real llama-server
 def _load_engine():
-    path = Path(__file__).resolve().parents[1] / "tools" / "engine.py"
-    spec = importlib.util.spec_from_file_location("specdec_engine_tool", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                   # dataclasses look the module up
-    spec.loader.exec_module(module)
-    return module
+    from tools import engine
+
+    return engine
 
 
 @pytest.fixture(scope="module")

@@ -43,18 +43,16 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from specdec.client import llama
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -79,8 +77,11 @@ EOS_BYTE = 0xFF
 GGUF_FORMAT = "specdec-gpt2-bytes-1"     # bump when the conversion changes
 
 
-class EngineError(RuntimeError):
-    """The engine could not be built, converted or started; the message says why."""
+# One error for a build that failed and a server that did not start (specdec.client.llama).
+EngineError = llama.EngineError
+Server = llama.Server
+tie_to_parent = llama.tie_to_parent
+free_port = llama.free_port
 
 
 def cache_root() -> Path:
@@ -155,11 +156,7 @@ def _works(binary: Path) -> bool:
     return done.returncode == 0
 
 
-def _env(folder: Path) -> dict:
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, (str(folder),
-                                                           env.get("LD_LIBRARY_PATH"))))
-    return env
+_env = llama.library_env
 
 
 def _install(bin_dir: Path, log=print) -> Path:
@@ -184,11 +181,44 @@ def _install(bin_dir: Path, log=print) -> Path:
     return dest / TARGET
 
 
+@contextlib.contextmanager
+def _build_lock(log=print):
+    """One build at a time on this machine: an exclusive lock on a file of the cache.
+
+    Two builds in the same work folder remove each other's sources (seen when a test
+    started a build while ``make engine`` ran); the second waits, says for how long, and
+    then finds the binary built.
+    """
+    import fcntl
+
+    path = cache_root() / "engine-build.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"engine: another build holds {path}; waiting for it")
+            t0 = time.monotonic()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            log(f"engine: waited {time.monotonic() - t0:.0f} s for the other build")
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def build(jobs: int | None = None, log=print) -> Path:
     """``llama-server`` from the pinned sources, built once per machine; its path."""
     binary = server_binary()
     if _works(binary):
         return binary
+    with _build_lock(log):
+        if _works(binary):                       # built while this one waited
+            return binary
+        return _build(jobs, log)
+
+
+def _build(jobs: int | None, log) -> Path:
     _tools()
     source = sdist(log)
     work = cache_root() / "work" / build_key()
@@ -419,241 +449,52 @@ def convert(name: str, log=print) -> Path:
 
 
 # ------------------------------------------------------------------------ serving
-@dataclass(frozen=True)
-class Server:
-    """A running llama-server: its URL, PID, command line and log file.
+# Starting and stopping a server is the server tools' (specdec.client.llama, which knows
+# a binary and GGUF paths only); here the book's models are named and built first.
 
-    :meth:`poll` says whether it still runs (None) or how it ended (its exit status,
-    ``-N`` when killed by signal ``N``).
-    """
-
-    url: str
-    pid: int
-    port: int
-    args: tuple[str, ...]
-    log: Path
-    draft: str | None
-    gamma: int | None
-    process: subprocess.Popen | None = field(default=None, repr=False, compare=False)
-
-    def poll(self) -> int | None:
-        """None while the server runs, else its exit status (``-N``: killed by signal N)."""
-        return None if self.process is None else self.process.poll()
-
-
-# Run as ``python -I -S -c _TIED PARENT_PID PROGRAM ARGS...`` in the child: ask the kernel
-# for SIGKILL when the parent dies (prctl(PR_SET_PDEATHSIG), PR_SET_PDEATHSIG = 1), check
-# that the parent did not die before that (it would then be another process), and
-# replace this interpreter by the program: same PID, nothing left in between.
-_TIED = """\
-import ctypes, os, signal, sys
-libc = ctypes.CDLL(None, use_errno=True)
-if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:
-    sys.exit("prctl(PR_SET_PDEATHSIG): " + os.strerror(ctypes.get_errno()))
-if os.getppid() != int(sys.argv[1]):
-    sys.exit("the parent process exited before its child started")
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
-def tie_to_parent(args: list[str]) -> list[str]:
-    """The command line that runs ``args`` killed (SIGKILL) when the caller's process dies.
-
-    Linux's ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` is set in the child, before it becomes
-    ``args[0]`` by ``execv`` (same PID), by a small interpreter (``python -I -S``, about
-    20 ms) rather than by ``preexec_fn``, which is unsafe in a process with threads such
-    as a Jupyter kernel. The kernel delivers the signal however the parent ends: normal
-    exit, an exception, SIGTERM or SIGINT without a handler, SIGKILL (papermill's timeout
-    kills the kernel so), a crash, the OOM killer; no handler or watchdog process has to
-    survive for it, and a watchdog could itself be killed first (``timeout`` signals the
-    whole process group). The child checks that its parent is still the caller after
-    the call, which closes the window in which the parent could die unnoticed.
-
-    The signal follows the *thread* that started the child: start a server from a thread
-    that outlives it (:func:`serve` is a context manager: its thread does). Elsewhere
-    than Linux ``args`` is returned unchanged and only :func:`serve`'s own stopping applies.
-
-    Parameters
-    ----------
-    args : list of str
-        Program (an absolute path) and its arguments.
-
-    Returns
-    -------
-    list of str
-        The command line to give :class:`subprocess.Popen`.
-    """
-    if not sys.platform.startswith("linux") or not sys.executable:
-        return list(args)
-    return [sys.executable, "-I", "-S", "-c", _TIED, str(os.getpid()), *args]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-
-@contextlib.contextmanager
 def serve(target: str = "target", draft: str | None = None, gamma: int = 3, *,
           parallel: int = 1, threads: int = 1, exact_cache: bool = False,
           extra: tuple[str, ...] = (), startup: float = 120.0, log=print):
-    """Start llama-server on 127.0.0.1 on a free port; yield a :class:`Server`; stop it.
-
-    The server is stopped by PID (SIGTERM, then SIGKILL after 10 s) when the block ends,
-    normally or by an exception; on Linux it is also killed when the calling process dies
-    in a way that runs no code (:func:`tie_to_parent`).
+    """:func:`specdec.client.llama.serve` with the book's models, by name: builds
+    llama-server and converts the models first if needed (cached).
 
     Parameters
     ----------
     target, draft : str
         Names of the book's models (``target``, ``target_wide``, ``target_large``,
-        ``draft``); no draft:
-        plain decoding.
-    gamma : int
-        Draft length (``--spec-draft-n-max``; ``--spec-draft-n-min 0``, ``p-min 0``).
-    parallel : int
-        Slots (concurrent requests); the context is 128 positions per slot.
-    threads : int
-        ``-t`` and ``-tb`` (one thread on this 2-core machine).
-    exact_cache : bool
-        Float32 KV cache and no flash attention (``-ctk f32 -ctv f32 -fa off``): the
-        setting under which logits agree with :mod:`specdec.nn` within 2.4e-4.
-    extra : tuple of str
-        More command-line arguments (e.g. ``--spec-synth-len 2`` for a non-exact server).
-    startup : float
-        Seconds to wait for ``/health``.
+        ``draft``); no draft: plain decoding.
+    gamma, parallel, threads, exact_cache, extra, startup
+        As for :func:`specdec.client.llama.serve`.
+    log : callable
+        Where the build's progress goes.
 
     Raises
     ------
     EngineError
-        The server exited or did not become healthy in time (the log's tail is shown).
+        The build failed, or the server exited or did not become healthy in time.
     """
-    binary = build(log=log)
     if not (isinstance(gamma, int) and gamma >= 1):
         raise ValueError(f"gamma: must be an integer >= 1 (got {gamma!r})")
-    args = [str(binary), "-m", str(convert(target, log)), "--host", "127.0.0.1",
-            "-t", str(threads), "-tb", str(threads), "-np", str(parallel),
-            "-c", str(128 * parallel), "--no-warmup", "--no-webui"]
-    if draft is not None:
-        args += ["-md", str(convert(draft, log)), "--spec-type", "draft-simple",
-                 "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", "0",
-                 "--spec-draft-p-min", "0"]
-    if exact_cache:
-        args += ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
-        if draft is not None:
-            args += ["-ctkd", "f32", "-ctvd", "f32"]
-    args += list(extra)
-    logdir = cache_root() / "logs"
-    logdir.mkdir(parents=True, exist_ok=True)
-    for attempt in range(3):                      # a free port can be taken in between
-        port = free_port()
-        full = args + ["--port", str(port)]
-        logfile = logdir / f"llama-server-{port}.log"
-        fh = open(logfile, "w")
-        proc = subprocess.Popen(tie_to_parent(full), stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=_env(binary.parent))
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + startup
-            while time.monotonic() < deadline and proc.poll() is None and not _healthy(url):
-                time.sleep(0.1)
-            if proc.poll() is not None:
-                tail = logfile.read_text(errors="replace")[-2000:]
-                if "bind" in tail.lower() and attempt < 2:
-                    continue
-                raise EngineError(f"llama-server exited with status {proc.returncode} "
-                                  f"(log {logfile}):\n{tail}")
-            if not _healthy(url):
-                raise EngineError(f"llama-server did not answer {url}/health within "
-                                  f"{startup:g} s (log {logfile})")
-            yield Server(url, proc.pid, port, tuple(full), logfile, draft,
-                         gamma if draft else None, proc)
-            return
-        finally:
-            _stop(proc)
-            fh.close()
-    raise EngineError("llama-server: no free port after 3 attempts")
-
-
-class _Stopped(BaseException):
-    """Raised by the signal handler of :func:`serve_until_stopped`."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
+    binary = build(log=log)
+    return llama.serve(binary, convert(target, log),
+                       None if draft is None else convert(draft, log), gamma,
+                       parallel=parallel, threads=threads, exact_cache=exact_cache,
+                       extra=extra, startup=startup, log_dir=cache_root() / "logs",
+                       draft=draft)
 
 
 def serve_until_stopped(target: str = "target", draft: str | None = None, gamma: int = 3,
                         *, poll: float = 0.5, out=None, err=None) -> int:
-    """``python tools/engine.py serve``: serve until SIGTERM or SIGINT, or until the server dies.
-
-    Parameters
-    ----------
-    target, draft, gamma
-        As for :func:`serve`.
-    poll : float
-        Seconds between two checks that the server still runs.
-    out, err : file, optional
-        Where messages go (default standard output and standard error).
-
-    Returns
-    -------
-    int
-        0 when stopped by SIGTERM or SIGINT (Ctrl-C), the server stopped by PID; 1 when the
-        server exited by itself or could not start (the message on ``err`` says how, with
-        the tail of its log).
-    """
-    out, err = out or sys.stdout, err or sys.stderr
-
-    def stop(signum, frame):
-        for s in (signal.SIGTERM, signal.SIGINT):    # once: let the cleanup run in peace
-            signal.signal(s, signal.SIG_IGN)
-        raise _Stopped(signum)
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    """``python tools/engine.py serve``: :func:`specdec.client.llama.serve_until_stopped`
+    with the book's models (0: stopped by SIGTERM or Ctrl-C; 1: the server died or could
+    not start)."""
+    label = target + (f" with {draft}, gamma {gamma}" if draft else "")
     try:
-        with serve(target, draft, gamma) as server:
-            print(f"serving {target}" + (f" with {draft}, gamma {gamma}" if draft else "")
-                  + f" at {server.url} (PID {server.pid}); Ctrl-C or SIGTERM stops it",
-                  file=out, flush=True)
-            while (code := server.poll()) is None:
-                time.sleep(poll)
-        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else \
-            f"exited with status {code}"
-        tail = "\n".join(server.log.read_text(errors="replace").splitlines()[-12:])
-        print(f"error: llama-server (PID {server.pid}, {server.url}) {how}; serve stops "
-              f"(log {server.log}):\n{tail}", file=err, flush=True)
-        return 1
-    except _Stopped as stopped:
-        print(f"serve: {signal.Signals(stopped.signum).name} received; llama-server stopped",
-              file=out, flush=True)
-        return 0
+        context = serve(target, draft, gamma)
     except EngineError as error:
-        print(f"error: {error}", file=err, flush=True)
+        print(f"error: {error}", file=err or sys.stderr, flush=True)
         return 1
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    return llama.serve_until_stopped(context, label=label, poll=poll, out=out, err=err)
 
 
 def main(argv=None) -> int:

@@ -55,7 +55,6 @@ notes that drafting stays as it was).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -71,6 +70,7 @@ import numpy as np
 
 from specdec.stats import pertoken as pt
 from specdec.decode import SamplingSettings
+from specdec.client.llama import EngineError
 from specdec.laws import check_int, check_real
 
 __all__ = ["RULE", "OutputError", "Setting", "Run", "command", "parse_output", "parse_prefix",
@@ -616,31 +616,17 @@ class Summary:
         return asdict(self)
 
 
-def _engine_tool():
-    """tools/engine.py of this checkout (builds, GGUF paths), or None outside one."""
-    name = "specdec_engine_tool"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).resolve().parents[3] / "tools" / "engine.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module                    # dataclasses look the module up
-    spec.loader.exec_module(module)
-    return module
-
-
-def measure_tolerance(engine, target, prompts, settings: SamplingSettings, *,
+def measure_tolerance(server, target_gguf, target, prompts, settings: SamplingSettings, *,
                       seed: int = 0) -> dict:
     """The numerical disagreement between numpy's laws and llama.cpp's, as
     :mod:`specdec.stats.pertoken` measures it: llama-server (the same libraries and cache
     settings) reporting its post-sampling probabilities on the plain target
-    (:func:`specdec.client.tokencheck.engine_disagreement`)."""
-    from specdec.client import Endpoint
+    (:func:`specdec.client.tokencheck.engine_disagreement`), started from the ``server``
+    binary with the GGUF file ``target_gguf`` of the numpy model ``target``."""
+    from specdec.client import Endpoint, llama
     from specdec.client.tokencheck import engine_disagreement
 
-    with engine.serve("target", exact_cache=True, log=lambda *_: None) as server:
+    with llama.serve(server, target_gguf, exact_cache=True) as server:
         return engine_disagreement(Endpoint(server.url), prompts, target, settings,
                                    requests=8, max_tokens=40, seed=seed)
 
@@ -685,9 +671,18 @@ def main(argv=None) -> int:
                     "order two values otherwise (rule check; default: twice the measured "
                     "largest probability difference, 1e-3 with --tolerance)")
     ap.add_argument("--false-alarm", type=float, default=1e-6)
-    ap.add_argument("--binary", type=Path, help="llama-speculative (default: the cached build)")
-    ap.add_argument("--target", default="target")
-    ap.add_argument("--draft", default="draft")
+    ap.add_argument("--binary", type=Path, required=True, help="llama-speculative (the book "
+                    "builds it: python tools/engine.py path --target llama-speculative)")
+    ap.add_argument("--target-model", type=Path, required=True, help="GGUF file of the "
+                    "target (the book's: python tools/engine.py convert)")
+    ap.add_argument("--draft-model", type=Path, required=True, help="GGUF file of the draft")
+    ap.add_argument("--server", type=Path, help="llama-server of the same sources, to measure "
+                    "the tolerance on the plain target (needed without --tolerance)")
+    ap.add_argument("--target", default="target", help="the book's model (numpy laws) that "
+                    "--target-model holds")
+    ap.add_argument("--draft", default="draft", help="the book's model --draft-model holds")
+    ap.add_argument("--llama-cpp-python", metavar="VERSION", help="the llama-cpp-python "
+                    "release whose sources built the binaries (recorded in the summary)")
     args = ap.parse_args(argv)
     from specdec import nn
 
@@ -696,16 +691,10 @@ def main(argv=None) -> int:
                           gamma=args.gamma, parallel=args.parallel, p_split=args.p_split)
         keep = check_int(args.keep, "keep", minimum=1)
         t0 = time.perf_counter()
-        engine = _engine_tool()
-        if args.binary is None and engine is None:
-            raise FileNotFoundError("binary: no --binary given and tools/engine.py is not "
-                                    "there to find the cached build")
-        binary = args.binary or engine.build_speculative(log=lambda *a: print(*a,
-                                                         file=sys.stderr))
-        if engine is None:
-            raise FileNotFoundError("tools/engine.py: needed to convert the models to GGUF")
-        ggufs = [engine.convert(name, log=lambda *_: None) for name in (args.target,
-                                                                        args.draft)]
+        binary, ggufs = args.binary, [args.target_model, args.draft_model]
+        if args.tolerance is None and args.server is None:
+            raise ValueError("server: give --server (llama-server, to measure the tolerance) "
+                             "or --tolerance")
         target, draft = nn.load_model(args.target), nn.load_model(args.draft)
         prompts = [p for lang in nn.LANGUAGES for p in nn.load_heldout()[lang]["prompts"]]
         longest = max(len(p.encode()) for p in prompts)
@@ -715,8 +704,8 @@ def main(argv=None) -> int:
                              f"{target.config.context} positions")
         t1 = time.perf_counter()
         if args.tolerance is None:
-            measured = measure_tolerance(engine, target, prompts[:12], setting.sampling(),
-                                         seed=args.seed)
+            measured = measure_tolerance(args.server, args.target_model, target, prompts[:12],
+                                         setting.sampling(), seed=args.seed)
             tolerance, source = measured["max_tv"], (
                 f"llama-server post-sampling probabilities vs numpy, "
                 f"{measured['positions']} positions (max TV)")
@@ -748,16 +737,10 @@ def main(argv=None) -> int:
                 runs, target, draft, settings=other,
                 rng=np.random.default_rng([args.seed, 3]), **common).to_dict()
         t4 = time.perf_counter()
-    except (ValueError, FileNotFoundError, OutputError) as err:
+    except (ValueError, FileNotFoundError, OutputError, EngineError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except Exception as err:                    # the engine tool's EngineError
-        if type(err).__name__ != "EngineError":
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    versions = {"llama_cpp_python": getattr(engine, "LLAMA_CPP_PYTHON", None),
-                "binary": str(binary)}
+    versions = {"llama_cpp_python": args.llama_cpp_python, "binary": str(binary)}
     summary = summarise(setting, runs, checks, tolerance=tolerance, tolerance_source=source,
                         seconds={"setup": round(t1 - t0, 1), "tolerance": round(t2 - t1, 1),
                                  "runs": round(t3 - t2, 1), "checks": round(t4 - t3, 1),

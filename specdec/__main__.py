@@ -1,0 +1,153 @@
+"""The ``specdec`` command: the tools an engineer runs on her own sampler and server.
+
+``specdec kit``, ``specdec bench``, ``specdec exactness`` and ``specdec serve`` are the
+commands of the conformance kit (:mod:`specdec.conformance`) and the server tools
+(:mod:`specdec.client`); ``python -m specdec.conformance`` and ``python -m specdec.client``
+run the same code. Each sub-command's ``--help`` says what it needs and what its exit
+statuses mean, then lists its options.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+KIT = """\
+specdec kit SAMPLER [options]: test a speculative sampler (package.module:function) against
+the exact target law with the kit's battery of cases.
+
+Needs: the sampler importable from this Python (PYTHONPATH=. for a module of your own).
+Prints the plan on standard error, then a Markdown report with three verdicts
+(exactness, accounting, efficiency) and the detectable TV of the run.
+Exit status: 0 pass, 1 fail, 2 usage error (bad arguments, sampler not importable,
+calling convention undecidable).
+"""
+
+BENCH = """\
+specdec bench --endpoint URL [options]: time an OpenAI-compatible streaming server
+(llama.cpp, vLLM, SGLang): concurrency or request-rate sweeps, or with --baseline URL the
+paired, interleaved protocol of chapter 8 (the speculative server against the plain one).
+
+Needs: a running server on a URL you give; nothing is started and no other address is
+contacted. Prints TTFT, TPOT, ITL percentiles, throughput, goodput and the server's
+reported acceptance per load point; writes every request to --out (JSON).
+Exit status: 0 every request measured, 2 usage error (nothing sent), 3 a request failed
+or Ctrl-C stopped the run (the results file still holds what was measured).
+"""
+
+EXACTNESS = """\
+specdec exactness {reported,model} --endpoint URL [options]: test every token a server
+emits against the law it should have been drawn from (randomised PIT, Holm).
+
+  reported  the server's own log-probabilities (any OpenAI-compatible server that returns
+            them): at --temperature 1, or with --post-sampling-probs on llama.cpp below 1;
+            vLLM reports the processed law only when started with
+            --logprobs-mode processed_logprobs.
+  model     the laws computed with the book's models (--target, --draft) for the book's
+            own llama-server; --baseline is a plain server of the same target, on which
+            the numerical disagreement is measured.
+
+Needs: a running server on a URL you give. Prints the verdict, the p-values, the tokens
+tested and the detectable per-token TV at power 0.9.
+Exit status: 0 pass, 1 fail (or no usable log-probabilities), 2 usage error (nothing
+sent), 3 a request failed or Ctrl-C stopped the run (no verdict).
+"""
+
+SERVE = """\
+specdec serve --binary LLAMA_SERVER --model TARGET.gguf [--draft-model DRAFT.gguf]:
+start llama.cpp's llama-server on 127.0.0.1 on a free port (with a draft: speculative
+decoding, --gamma draft tokens) and serve until Ctrl-C or SIGTERM.
+
+Needs: a llama-server binary (its shared libraries beside it) and GGUF files; the book
+builds its own with `python tools/engine.py build` and `python tools/engine.py convert`.
+Exit status: 0 stopped by Ctrl-C or SIGTERM (the server stopped by PID), 1 the server
+died or could not start (the tail of its log is printed), 2 usage error.
+"""
+
+COMMANDS = {"kit": KIT, "bench": BENCH, "exactness": EXACTNESS, "serve": SERVE}
+
+USAGE = """\
+usage: specdec {kit,bench,exactness,serve} [options]   (specdec COMMAND --help for each)
+
+Tools for speculative decoding, from the library behind the book "Speculative Decoding,
+Exactly":
+
+  kit        test your own speculative sampler against the exact target law
+  bench      time an OpenAI-compatible server: TTFT, ITL, TPOT, throughput, goodput
+  exactness  test every token a server emits against the target's law
+  serve      start llama.cpp's llama-server on 127.0.0.1 with a target and a draft
+
+Exit status: that of the command (0 success or pass, 1 fail, 2 usage error, 3 a run that
+stopped before its end); 2 for an unknown command.
+"""
+
+
+def _wants_help(argv: Sequence[str]) -> bool:
+    return any(a in ("-h", "--help") for a in argv)
+
+
+def _serve(argv: Sequence[str]) -> int:
+    import argparse
+
+    from specdec.client import llama
+
+    ap = argparse.ArgumentParser(prog="specdec serve", description=SERVE.split("\n\n")[0])
+    ap.add_argument("--binary", required=True, help="the llama-server executable")
+    ap.add_argument("--model", required=True, help="GGUF file of the target")
+    ap.add_argument("--draft-model", help="GGUF file of the draft (speculative decoding)")
+    ap.add_argument("--gamma", type=int, default=3, help="draft tokens per cycle")
+    ap.add_argument("--parallel", type=int, default=1, help="slots (concurrent requests)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    label = args.model + (f" with {args.draft_model}, gamma {args.gamma}"
+                          if args.draft_model else "")
+    try:
+        context = llama.serve(args.binary, args.model, args.draft_model, args.gamma,
+                              parallel=args.parallel, threads=args.threads)
+    except (FileNotFoundError, TypeError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return llama.serve_until_stopped(context, label=label)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``specdec COMMAND ...``; return its exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    if _wants_help(rest):
+        print(COMMANDS[command])
+    try:
+        if command == "kit":
+            from specdec.conformance.__main__ import main as kit
+
+            return kit(rest)
+        if command == "serve":
+            return _serve(rest)
+        from specdec.client.__main__ import main as client
+
+        if command == "bench":
+            if "--exactness" in rest:
+                print("error: --exactness: use `specdec exactness reported|model ...`",
+                      file=sys.stderr)
+                return 2
+            return client(rest)
+        if not rest or rest[0] not in ("reported", "model"):
+            if _wants_help(rest):
+                return client(["--help"])
+            print("error: specdec exactness: the first argument must be 'reported' or "
+                  "'model'", file=sys.stderr)
+            return 2
+        return client(["--exactness", rest[0], *rest[1:]])
+    except SystemExit as exit_:              # argparse's --help (0) and usage errors (2)
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
