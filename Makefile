@@ -13,14 +13,17 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: book chapter test bench params clean pdf screenshots vendor lint-workflow engine
 
 # Execute the notebooks whose inputs changed (papermill, parameters SEED and TRIALS) and
-# render _build/html; prints a timing table and the page to open.
-book: params $(STAMP) engine
+# render _build/html; prints a timing table and the page to open. What a page needs is in
+# its front matter (specdec.needs): llama.cpp is built first (make engine, once per machine)
+# only when chapter 8 or Appendix C is about to execute.
+book: params $(STAMP)
 	@$(PY) tools/build.py --seed "$$SEED" --trials "$$TRIALS"
 
 # Re-execute one chapter alone, e.g. `make chapter NAME=04-experiment SEED=7`: writes
 # _build/chapter/NAME-seedSEED-trialsTRIALS.ipynb and leaves the book as it is (each
-# chapter's page says how long it took in the book's build).
-chapter: params $(STAMP) engine
+# chapter's page says how long it took in the book's build). Chapters 1-7 and appendices
+# A, B and D need nothing beyond the project's install; 8 and C build llama.cpp first.
+chapter: params $(STAMP)
 	@test -n "$(NAME)" || { echo "error: NAME must name a chapter, e.g. make chapter NAME=04-experiment SEED=7"; exit 2; }
 	@$(PY) tools/build.py --chapter "$(NAME)" --seed "$$SEED" --trials "$$TRIALS"
 

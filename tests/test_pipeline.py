@@ -418,11 +418,46 @@ def test_execute_alone_is_read_from_the_front_matter(tmp_path):
     assert not build.executes_alone(src)
     for bad in ("specdec: alone", "specdec:\n  exec: alone"):   # a typo must not pass silently
         src.write_text(f"---\n{bad}\n---\n# x\n")
-        with pytest.raises(build.BuildError, match="specdec must be a mapping with the single key"):
+        with pytest.raises(build.BuildError, match="specdec must be a mapping with the keys"):
             build.executes_alone(src)
     src.write_text("---\nspecdec: [unclosed\n---\n# x\n")
     with pytest.raises(build.BuildError, match=r"x.md: front matter cannot be read"):
         build.executes_alone(src)
+
+
+def test_what_a_page_needs_is_read_from_the_front_matter(tmp_path):
+    """Only the pages that run llama.cpp declare it; the others need nothing beyond the
+    project's install (issue 30: a chapter of 1-7 builds no engine)."""
+    needing = {name: build.notebook_needs(src)
+               for name, src in build.chapter_sources(build.Layout(REPO))}
+    assert {n for n, needs in needing.items() if "llama.cpp" in needs} == \
+        {"08-measurement", "a3-kit-on-real-implementations"}
+    assert needing["04-experiment"] == [] and needing["01-contract"] == []
+    src = tmp_path / "x.md"
+    src.write_text("---\nspecdec:\n  needs: [cuda]\n---\n# x\n")
+    with pytest.raises(build.BuildError, match=r"specdec.needs must be a list of llama.cpp, "
+                                               r"engines \(got \['cuda'\]\)"):
+        build.notebook_needs(src)
+    src.write_text("---\nspecdec:\n  needs: llama.cpp\n---\n# x\n")
+    with pytest.raises(build.BuildError, match="specdec.needs must be a list"):
+        build.notebook_needs(src)
+
+
+def test_prepare_builds_llama_cpp_only_when_a_page_to_execute_needs_it(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(build.subprocess, "run",
+                        lambda cmd, **kw: calls.append(cmd) or
+                        build.subprocess.CompletedProcess(cmd, 0))
+    build.prepare(set())
+    build.prepare({"engines"})
+    assert calls == []
+    build.prepare({"llama.cpp"})
+    assert [c[2:] for c in calls] == [["build"], ["build", "--target", "llama-speculative"]]
+    assert "llama.cpp ready" in capsys.readouterr().out
+    monkeypatch.setattr(build.subprocess, "run",
+                        lambda cmd, **kw: build.subprocess.CompletedProcess(cmd, 1))
+    with pytest.raises(build.BuildError, match="nothing was executed"):
+        build.prepare({"llama.cpp"})
 
 
 @pytest.mark.slow

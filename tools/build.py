@@ -427,21 +427,60 @@ def notebook_metadata(source: Path) -> dict:
                          f"({type(exc).__name__}: {first})") from None
 
 
+NEEDS = {
+    "llama.cpp": "llama.cpp's llama-server and llama-speculative, built once per machine from "
+                 "the pinned sources, and the book's models in GGUF (tools/engine.py)",
+    "engines": "the Python engines' and transformers releases' environments (tools/py_engines.py, "
+               "tools/hf_envs.py), created by the notebook itself on first use",
+}
+
+
+def notebook_spec(source: Path) -> dict:
+    """The front matter ``specdec`` of a notebook, checked: ``execute`` (``parallel``, the
+    default, or ``alone``) and ``needs`` (a list of :data:`NEEDS`' keys, default none)."""
+    spec = notebook_metadata(source).get("specdec") or {}
+    if not isinstance(spec, dict) or set(spec) - {"execute", "needs"}:
+        raise BuildError(f"{source.name}: front matter specdec must be a mapping with the "
+                         f"keys 'execute' and 'needs' (got {spec!r})")
+    mode = spec.get("execute", "parallel")
+    if mode not in ("parallel", "alone"):
+        raise BuildError(f"{source.name}: front matter specdec.execute must be 'parallel' or "
+                         f"'alone' (got {mode!r})")
+    needs = spec.get("needs", [])
+    if not isinstance(needs, list) or set(needs) - set(NEEDS):
+        raise BuildError(f"{source.name}: front matter specdec.needs must be a list of "
+                         f"{', '.join(NEEDS)} (got {needs!r})")
+    return {"execute": mode, "needs": list(needs)}
+
+
 def executes_alone(source: Path) -> bool:
     """Whether a notebook asks to run with nothing else executing (``specdec: {execute: alone}``).
 
     Chapters that time code (wall-clock measurements) declare it, so that the build's own
     parallel execution of other notebooks does not load the machine under their clocks.
     """
-    spec = notebook_metadata(source).get("specdec") or {}
-    if not isinstance(spec, dict) or set(spec) - {"execute"}:
-        raise BuildError(f"{source.name}: front matter specdec must be a mapping with the "
-                         f"single key 'execute' (got {spec!r})")
-    mode = spec.get("execute", "parallel")
-    if mode not in ("parallel", "alone"):
-        raise BuildError(f"{source.name}: front matter specdec.execute must be 'parallel' or "
-                         f"'alone' (got {mode!r})")
-    return mode == "alone"
+    return notebook_spec(source)["execute"] == "alone"
+
+
+def notebook_needs(source: Path) -> list[str]:
+    """What a notebook needs prepared before it runs (``specdec: {needs: [llama.cpp]}``):
+    a chapter that runs no engine needs nothing beyond the project's own install."""
+    return notebook_spec(source)["needs"]
+
+
+def prepare(needs: set[str]) -> None:
+    """Prepare what the notebooks about to execute need, and only that, saying what and how
+    long it took (the first llama.cpp build takes 10-30 minutes on 2 cores)."""
+    if "llama.cpp" in needs:
+        t0 = time.perf_counter()
+        print(f"preparing llama.cpp for the notebooks that run it ({NEEDS['llama.cpp']}); "
+              f"cached after the first build", flush=True)
+        for extra in ([], ["--target", "llama-speculative"]):
+            done = subprocess.run([sys.executable, str(TOOLS / "engine.py"), "build", *extra])
+            if done.returncode != 0:
+                raise BuildError(f"tools/engine.py build {' '.join(extra)} failed with status "
+                                 f"{done.returncode}: nothing was executed")
+        print(f"llama.cpp ready ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 def machine_lock_path() -> Path:
@@ -527,6 +566,7 @@ def execute_all(layout: Layout, params: dict[str, int], *, jobs: int, timeout: i
 
     if tasks:
         check_kernel()
+        prepare({need for t in tasks for need in notebook_needs(Path(t["source"]))})
         from concurrent.futures import ProcessPoolExecutor, as_completed
         import multiprocessing
 
