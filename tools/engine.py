@@ -513,8 +513,10 @@ def main(argv=None) -> int:
     s.add_argument("--target", default="target")
     s.add_argument("--draft")
     s.add_argument("--gamma", type=int, default=3)
-    pa = sub.add_parser("path", help="print the llama-server path (build it if needed)")
+    pa = sub.add_parser("path", help="print the llama-server path (build it if needed), or "
+                                     "with --model NAME the GGUF file of a book's model")
     pa.add_argument("--target", choices=(TARGET, SPECULATIVE), default=TARGET)
+    pa.add_argument("--model", help="a book's model (target, target_large, draft, ...)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "adopt":
@@ -528,6 +530,8 @@ def main(argv=None) -> int:
         elif args.cmd == "convert":
             for name in models():
                 print(convert(name))
+        elif args.cmd == "path" and args.model:
+            print(convert(args.model, log=lambda *_: None))
         elif args.cmd == "path":
             print(build_speculative() if args.target == SPECULATIVE else build())
         elif args.cmd == "serve":
