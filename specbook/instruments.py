@@ -29,9 +29,10 @@ from typing import Sequence
 import numpy as np
 
 from specdec import client as cl
+from specdec import cost
 from specdec import nn
 from specdec.laws import check_int
-from specdec.measure import rotation
+from specdec.measure import cpu_model, rotation
 
 __all__ = ["thread_times", "pass_times", "step_times", "first_token_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
            "interleave_languages", "distinct_ngram_share", "ratio_interval", "memory_bandwidth",
@@ -550,17 +551,6 @@ def memory_bandwidth(*, megabytes: int = 256, repeats: int = 5) -> dict:
     return out
 
 
-def cpu_model(path: str | Path = "/proc/cpuinfo") -> str:
-    """The processor's model name (Linux ``/proc/cpuinfo``), or ``"not reported"``."""
-    try:
-        for line in Path(path).read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "not reported"
-
-
 def pinned_commit(engine) -> str:
     """The llama.cpp commit vendored in the pinned llama-cpp-python source distribution
     (its ``.git/modules/vendor/llama.cpp/HEAD``), read from the cached sdist at run time;
@@ -921,7 +911,7 @@ def predicted_speedup(acceptance: float, c: float, g: float, gamma: int, *,
         raise ValueError(f"acceptance: must be in [0, 1] (got {acceptance!r})")
     if not (c > 0 and g > 0):
         raise ValueError(f"c, g: must be positive (got c={c!r}, g={g!r})")
-    per_step = (1.0 + gamma * acceptance) / (gamma * c + g)
+    per_step = (1.0 + gamma * acceptance) / float(cost.cycle_cost(gamma, c, g=g))  # E / (gamma c + g)
     terms = {"step_ms": step_ms, "ttft_ms": ttft_ms, "spec_ttft_ms": spec_ttft_ms,
              "tokens": tokens}
     given = [k for k, v in terms.items() if v is not None]

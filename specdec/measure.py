@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 import platform
 import time
 import tracemalloc
@@ -381,15 +382,15 @@ def rotation(items: Sequence, repeat: int) -> list:
     return items[k:] + items[:k]
 
 
-def _cpu_model() -> str:
+def cpu_model(path: str | Path = "/proc/cpuinfo") -> str:
+    """The processor's model name (Linux ``/proc/cpuinfo``), or ``"not reported"``."""
     try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        for line in Path(path).read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return "not reported"
 
 
 def blas_threads() -> dict[str, int]:
@@ -498,7 +499,7 @@ def environment() -> dict:
     except Exception:  # pragma: no cover - numpy without the dict mode
         blas = {"name": "unknown"}
     blas["threads"] = blas_threads()
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "usable_cores": usable_cores(),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "usable_cores": usable_cores(),
             "machine": platform.machine(), "os": platform.platform(), "blas": blas,
             "python": platform.python_version(), "numpy": np.__version__,
             "scipy": scipy.__version__, "specdec": getattr(specdec, "__version__", "unknown")}
