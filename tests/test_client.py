@@ -576,3 +576,37 @@ def test_tls_context_is_made_once_and_still_verifies():
     assert ctx is tls_context()                       # shared by every client
     assert isinstance(ctx, ssl.SSLContext)
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+
+
+def test_a_prompts_file_is_used_whole_unless_a_count_is_given(tmp_path):
+    """--prompts FILE used the first 4 prompts per language unless --prompts-per-language
+    was also given; a file is now used whole, and the book's prompts stay at 4."""
+    import argparse
+
+    from specdec.client.__main__ import _prompts
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"en": [f"p{k}" for k in range(7)], "it": ["a", "b"]}))
+    ns = dict(languages=None, prompts_per_language=None)
+    got = _prompts(argparse.Namespace(prompts=prompts, **ns))
+    assert got == {"en": [f"p{k}" for k in range(7)], "it": ["a", "b"]}
+    got = _prompts(argparse.Namespace(prompts=prompts, **{**ns, "prompts_per_language": 3}))
+    assert got == {"en": ["p0", "p1", "p2"], "it": ["a", "b"]}
+    book = _prompts(argparse.Namespace(prompts=None, **ns))
+    assert book and all(len(v) == 4 for v in book.values())
+
+
+def test_a_failed_check_says_which_way_the_tokens_lean():
+    from specdec.stats.pertoken import mean_direction, pertoken_test
+
+    assert mean_direction("target", 0.56).startswith("above 1/2: the emitted tokens are "
+                                                     "less likely")
+    assert "colder or truncated" in mean_direction("target", 0.44)
+    assert "toward the draft" in mean_direction("draft_over_target", 0.45)
+    assert "away from the draft" in mean_direction("draft_over_target", 0.55)
+    assert mean_direction("mine", 0.6) == ("above 1/2: the emitted tokens fall later in the "
+                                           "'mine' ordering than the law puts them")
+    rng = np.random.default_rng(0)
+    hot = rng.uniform(0.2, 1.0, 4000)                  # mean 0.6: tokens late in the order
+    check = pertoken_test({"target": hot}, tokens=4000, requests=40)
+    assert not check.passed and "as if sampled hotter" in check.message

@@ -72,7 +72,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name sent with every request (vLLM, SGLang)")
     p.add_argument("--prompts", type=Path, help='JSON file {"language": ["prompt", ...]}')
     p.add_argument("--languages", help="comma-separated subset of the prompt languages")
-    p.add_argument("--prompts-per-language", type=int, default=4)
+    p.add_argument("--prompts-per-language", type=int, default=None,
+                   help="prompts used per language (default: every prompt of a --prompts "
+                        "file; 4 of the book's held-out prompts)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0, help="request k gets seed SEED + k")
@@ -132,7 +134,9 @@ def _prompts(args) -> dict[str, list[str]]:
             raise ValueError(f"--languages: no prompts for {missing} "
                              f"(have {sorted(data)})")
         data = {k: data[k] for k in wanted}
-    n = args.prompts_per_language
+    n = args.prompts_per_language         # None: a file's every prompt, 4 of the book's
+    if n is None and args.prompts is None:
+        n = 4
     return {k: list(v[:n]) for k, v in data.items()}
 
 
@@ -262,7 +266,7 @@ def _exactness(args, argv) -> int:
         for flag, value in (("--requests", args.requests), ("--max-tokens", args.max_tokens),
                             ("--top-logprobs", args.top_logprobs),
                             ("--prompts-per-language", args.prompts_per_language)):
-            if value < 1:
+            if value is not None and value < 1:
                 raise ValueError(f"{flag}: must be >= 1 (got {value})")
         if not (math.isfinite(args.temperature) and args.temperature > 0):
             raise ValueError(f"--temperature: must be > 0 with --exactness (got "
@@ -341,10 +345,16 @@ def _exactness(args, argv) -> int:
     print(f"per-token exactness: {verdict} ({check.tokens} tokens in {check.requests} "
           f"requests; Holm-adjusted p-values {pvals}; false alarm {check.false_alarm:g}; "
           f"detectable per-token TV {check.detectable_tv:.4f} at power {check.power:g}, for an "
-          f"error that moves mass along the orderings ({', '.join(check.means)}): toward "
-          f"the draft, or a temperature or truncation mismatch; the Kolmogorov-Smirnov "
+          f"error that moves mass along the orderings ({', '.join(check.means)}): "
+          + ("toward the draft, or " if "draft_over_target" in check.means else "")
+          + f"a temperature or truncation mismatch; the Kolmogorov-Smirnov "
           f"tests add power against other shapes, such as another model's law, with no "
           f"stated resolution; {check.extra['seconds']:.1f} s)")
+    if not check.passed:
+        from specdec.stats.pertoken import mean_direction
+
+        for order, mean in check.means.items():
+            print(f"  mean PIT along {order!r}: {mean:.4f}, {mean_direction(order, mean)}")
     if check.message:
         print(check.message)
     args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")

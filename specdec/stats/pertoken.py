@@ -205,6 +205,45 @@ def randomized_pit(laws, tokens, v, keys=None) -> np.ndarray:
     return np.minimum(before + v * p[rows, t], 1.0)
 
 
+def mean_direction(ordering: str, mean: float) -> str:
+    """What a mean of the transformed tokens off 1/2 says, along an ordering of
+    :data:`ORDERINGS` (cells larger first, so a large value is a token late in the order).
+
+    Parameters
+    ----------
+    ordering : str
+    mean : float
+        Mean of the randomised PIT values, in [0, 1].
+
+    Returns
+    -------
+    str
+        A plain phrase, e.g. for ``target`` above 1/2: the emitted tokens are less likely
+        than the law says, as if sampled hotter or from another model.
+
+    An ordering of the caller's own gets the generic reading (late or early in its order).
+
+    Examples
+    --------
+    >>> mean_direction("target", 0.56)
+    'above 1/2: the emitted tokens are less likely under the law than they should be, as if sampled hotter (or from a flatter law)'
+    """
+    above = mean > 0.5
+    if ordering not in ORDERINGS:
+        return (f"{'above' if above else 'below'} 1/2: the emitted tokens fall "
+                f"{'later' if above else 'earlier'} in the {ordering!r} ordering than the "
+                f"law puts them")
+    if ordering == "target":
+        return ("above 1/2: the emitted tokens are less likely under the law than they "
+                "should be, as if sampled hotter (or from a flatter law)" if above else
+                "below 1/2: the emitted tokens are more likely under the law than they "
+                "should be, as if sampled colder or truncated")
+    return ("above 1/2: the emitted tokens lean away from the draft (toward tokens it "
+            "under-weights)" if above else
+            "below 1/2: the emitted tokens lean toward the draft (mass moved to the "
+            "tokens it over-weights, the error of a wrong acceptance rule)")
+
+
 def order_keys(ordering: str, p, q=None) -> np.ndarray:
     """Keys (larger first) of an ordering of :data:`ORDERINGS`, for :func:`randomized_pit`.
 
@@ -635,9 +674,10 @@ def pertoken_test(pits: Mapping[str, np.ndarray], *, tokens: int, requests: int,
     else:
         worst = names[int(np.argmin(adj))]
         order = worst.removeprefix("ks:")
+        lean = f"mean {means[order]:.4f}, {mean_direction(order, means[order])}"
         what = (f"Kolmogorov-Smirnov distance {_ks_distance(arrays[order]):.4f} to the "
-                f"uniform law" if worst.startswith("ks:") else
-                f"mean {means[order]:.4f} (1/2 under exactness)")
+                f"uniform law ({lean})" if worst.startswith("ks:") else
+                f"{lean} (1/2 under exactness)")
         message = (f"the transformed tokens are not uniform along the {order!r} ordering: "
                    f"{what}, Holm-adjusted p-value {float(adj.min()):.2e} <= {false_alarm:g}")
     return PerTokenCheck(passed=passed, pvalue=pvalue,
