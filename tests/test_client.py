@@ -441,8 +441,11 @@ def test_cli_exactness_reported_passes_an_exact_server_and_fails_a_biased_one(
     with ScriptedServer(Script(law=law, logprobs_format=fmt, stop=5)) as url:
         out = tmp_path / "good.json"
         assert cli(["--endpoint", url, *argv, "--out", str(out)]) == 0
-        printed = capsys.readouterr().out
+        captured = capsys.readouterr()
+        printed = captured.out
         assert "per-token exactness: pass" in printed and "detectable per-token TV" in printed
+        assert "toward the draft" not in printed                 # no draft was tested
+        assert "exactness (reported laws)" in captured.err and "/100" in captured.err  # progress
         check = json.loads(out.read_text())["exactness"]
         assert check["passed"] and check["requests"] == 100
         assert check["positions"] == 100 * 40 and 0 < check["tokens"] < 100 * 40  # stops
@@ -454,6 +457,8 @@ def test_cli_exactness_reported_passes_an_exact_server_and_fails_a_biased_one(
         assert cli(["--endpoint", url, *argv, "--out", str(tmp_path / "bad.json")]) == 1
         printed = capsys.readouterr().out
         assert "per-token exactness: FAIL" in printed and "not uniform" in printed
+        # sampled colder than the reported law: the tokens are more likely than it says
+        assert "mean PIT along 'target'" in printed and "as if sampled colder" in printed
 
 
 def test_cli_exactness_errors(tmp_path, capsys):

@@ -323,11 +323,17 @@ def _exactness(args, argv) -> int:
             tolerance = measured["max_tv"]
             print(f"numpy and the engine: max per-token TV {measured['max_tv']:.2e} over "
                   f"{measured['positions']} positions (the tolerance)")
-        check = tc.served_pertoken_check(
-            endpoint, prompts, requests=args.requests, max_tokens=args.max_tokens,
-            settings=settings, laws=args.exactness, target=models[0], draft=models[1],
-            seed=args.seed, false_alarm=args.false_alarm, tolerance=tolerance,
-            top_logprobs=args.top_logprobs, post_sampling_probs=args.post_sampling_probs)
+        update, close = _progress(args.requests, not args.no_progress,
+                                  f"exactness ({args.exactness} laws)")
+        try:
+            check = tc.served_pertoken_check(
+                endpoint, prompts, requests=args.requests, max_tokens=args.max_tokens,
+                settings=settings, laws=args.exactness, target=models[0], draft=models[1],
+                seed=args.seed, false_alarm=args.false_alarm, tolerance=tolerance,
+                top_logprobs=args.top_logprobs, post_sampling_probs=args.post_sampling_probs,
+                progress=update)
+        finally:
+            close()
     except (tc.NoLogprobs, ValueError) as err:   # nothing to test: no usable laws
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -514,7 +514,7 @@ def _lost(err: Exception) -> str:
 
 
 def post_all(endpoint: "Endpoint", path: str, bodies: Sequence[dict], *, concurrency: int,
-             seeds: Sequence[int]) -> list[dict]:
+             seeds: Sequence[int], progress=None) -> list[dict]:
     """POST every JSON body to ``endpoint.url + path``, ``concurrency`` at a time; the answers in order.
 
     The non-streaming requests of the exactness checks (seeded, one answer each). No
@@ -532,6 +532,8 @@ def post_all(endpoint: "Endpoint", path: str, bodies: Sequence[dict], *, concurr
         Requests in flight at once (>= 1).
     seeds : sequence of int
         The seed of each body, for the messages only.
+    progress : callable, optional
+        Called with 1 after each answer (e.g. a tqdm bar's ``update``).
 
     Returns
     -------
@@ -574,6 +576,8 @@ def post_all(endpoint: "Endpoint", path: str, bodies: Sequence[dict], *, concurr
                 except ValueError:
                     raise ClientError(f"{where}: the answer is not JSON: "
                                       f"{resp.text[:200]!r}") from None
+                if progress is not None:
+                    progress(1)
             await asyncio.gather(*(one(i) for i in range(len(bodies))))
 
     run_async(main)

@@ -80,7 +80,8 @@ def _check_request_args(prompts, requests, max_tokens, temperature, seed):
 
 def native_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int, *,
                      max_tokens: int, temperature: float = 1.0, seed: int = 0,
-                     concurrency: int = 4, extra: Mapping | None = None) -> list[Response]:
+                     concurrency: int = 4, extra: Mapping | None = None,
+                     progress=None) -> list[Response]:
     """Token ids of ``requests`` seeded responses from llama.cpp's ``/completion``.
 
     Request ``k`` sends prompt ``prompts[k % len(prompts)]`` with seed ``seed + k``,
@@ -101,6 +102,8 @@ def native_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int, 
     concurrency : int
     extra : mapping, optional
         More request fields (e.g. ``{"top_k": 20}``).
+    progress : callable, optional
+        Called with 1 after each answer.
 
     Returns
     -------
@@ -122,7 +125,8 @@ def native_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int, 
                        **plain_sampling(temperature), **dict(extra or {}),
                        "seed": seed + k})
     out = []
-    for k, data in enumerate(post_all(endpoint, "/completion", bodies, concurrency=concurrency, seeds=seeds)):
+    for k, data in enumerate(post_all(endpoint, "/completion", bodies, concurrency=concurrency, seeds=seeds,
+                                       progress=progress)):
         tokens = data.get("tokens")
         if not isinstance(tokens, list):
             raise ClientError(f"request {k} (seed {seeds[k]}) to {endpoint.url}/completion: "
@@ -175,7 +179,8 @@ def _reported_positions(choice: Mapping, where: str) -> list[tuple]:
 def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int, *,
                        max_tokens: int, temperature: float = 1.0, seed: int = 0,
                        top_logprobs: int = 20, post_sampling_probs: bool = False,
-                       concurrency: int = 4, extra: Mapping | None = None) -> list[Response]:
+                       concurrency: int = 4, extra: Mapping | None = None,
+                       progress=None) -> list[Response]:
     """Seeded responses with the server's reported top log-probabilities per token.
 
     OpenAI-compatible, non-streamed: ``/v1/completions`` with ``logprobs: K``, or
@@ -199,6 +204,8 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
     concurrency : int
     extra : mapping, optional
         More request fields.
+    progress : callable, optional
+        Called with 1 after each answer.
 
     Returns
     -------
@@ -238,7 +245,8 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
         seeds.append(seed + k)
         bodies.append(body)
     out = []
-    for k, data in enumerate(post_all(endpoint, endpoint.path, bodies, concurrency=concurrency, seeds=seeds)):
+    for k, data in enumerate(post_all(endpoint, endpoint.path, bodies, concurrency=concurrency, seeds=seeds,
+                                       progress=progress)):
         where = f"request {k} (seed {seeds[k]}) to {endpoint.url}{endpoint.path}"
         choices = data.get("choices") or []
         if not choices:
@@ -586,7 +594,8 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
                           draft=None, seed: int = 0, false_alarm: float = 1e-6,
                           power: float = 0.9, tolerance: float = 0.0,
                           top_logprobs: int = 20, post_sampling_probs: bool = False,
-                          concurrency: int = 4, extra: Mapping | None = None):
+                          concurrency: int = 4, extra: Mapping | None = None,
+                          progress=None):
     """One served configuration's per-token exactness check, in one call.
 
     Sends ``requests`` seeded requests (prompts in turn, seeds ``seed`` to
@@ -625,6 +634,8 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
     extra : mapping, optional
         More request fields, sent as they are (e.g. a server setting the law does not
         know, for a positive control).
+    progress : callable, optional
+        Called with 1 after each answer (the command line's progress bar).
 
     Returns
     -------
@@ -655,7 +666,7 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
             raise ValueError("target: laws='model' needs the target model")
         got = native_responses(endpoint, prompts, requests, max_tokens=max_tokens,
                                temperature=settings.temperature, seed=seed,
-                               concurrency=concurrency, extra=fields)
+                               concurrency=concurrency, extra=fields, progress=progress)
         t1 = time.perf_counter()
         check = model_pertoken_check(got, target, draft, settings=settings,
                                      max_tokens=max_tokens, rng=rng, false_alarm=false_alarm,
@@ -665,7 +676,7 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
                                  temperature=settings.temperature, seed=seed,
                                  top_logprobs=top_logprobs,
                                  post_sampling_probs=post_sampling_probs,
-                                 concurrency=concurrency, extra=fields)
+                                 concurrency=concurrency, extra=fields, progress=progress)
         t1 = time.perf_counter()
         check = reported_pertoken_check(got, max_tokens=max_tokens, rng=rng,
                                         top_logprobs=top_logprobs, false_alarm=false_alarm,
