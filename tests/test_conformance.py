@@ -824,3 +824,22 @@ def test_batch_greedy_rows_are_checked_exactly():
     c = r.cases[0]
     assert not c.exact and any("greedy requests must emit" in v for v in c.violations)
     assert c.trials_needed < 20
+
+
+def test_the_battery_reports_progress_over_its_trials(capsys):
+    """run_battery calls progress once before the first case and after each case; the
+    command line turns that into a bar on standard error (--no-progress silences it)."""
+    from specdec.conformance import gallery
+
+    calls = []
+    C.run_battery(gallery.vectorised_correct, cases=["article", "spread_residual"],
+                  trials={"article": 300, "spread_residual": 500}, seed=1,
+                  progress=lambda *a: calls.append(a))
+    assert calls == [(None, 0, 800), ("article", 300, 800), ("spread_residual", 500, 800)]
+    argv = ["specdec.conformance.gallery:vectorised_correct", "--trials", "2000", "--cases",
+            "article"]
+    assert C.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "battery" in err and "2.00k/2.00k" in err and "article done" in err
+    assert C.main(argv + ["--no-progress"]) == 0
+    assert "battery" not in capsys.readouterr().err

@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", default=None, help="comma-separated case names")
     ap.add_argument("--list-cases", action="store_true", help="print the standard cases and exit")
     ap.add_argument("--timings", action="store_true", help="add wall times to the report")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bar on standard error")
     args = ap.parse_args(argv)
     if args.list_cases:
         for c in token_cases():
@@ -127,8 +129,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"| {name} | {n:,} | {tv:.2g} | {n * c:.1f} |")
                 return 0
             trials, resolution = the_plan.trials_by_case, the_plan.resolution
-        report = run_battery(sampler, **conv, cases=cases, seed=args.seed, trials=trials,
-                             false_alarm=args.false_alarm, power=args.power)
+        bar = {}
+
+        def progress(case, done, total):       # a bar over the battery's trials, on stderr
+            if args.no_progress:
+                return
+            if "bar" not in bar:
+                from tqdm import tqdm
+                bar["bar"] = tqdm(total=total, desc="battery", unit="trial", file=sys.stderr,
+                                  leave=False, unit_scale=True)
+            bar["bar"].update(done)
+            if case is not None:
+                bar["bar"].set_postfix_str(f"{case} done", refresh=True)
+
+        try:
+            report = run_battery(sampler, **conv, cases=cases, seed=args.seed, trials=trials,
+                                 false_alarm=args.false_alarm, power=args.power,
+                                 progress=progress)
+        finally:
+            if "bar" in bar:
+                bar["bar"].close()
         if resolution is not None:
             import dataclasses
 

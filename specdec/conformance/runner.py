@@ -65,7 +65,7 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
                 trials=None, resolution: float | None = None, budget: float | None = None,
                 false_alarm: float = 1e-3, power: float = 0.9,
                 confidence: float = 0.95, min_expected: float = 10.0,
-                max_bins: int | None = None) -> Report:
+                max_bins: int | None = None, progress=None) -> Report:
     """Run the conformance battery on a sampler.
 
     Parameters
@@ -112,6 +112,10 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
     min_expected, max_bins :
         Binning rule, see :func:`specdec.stats.gof.pool_cells`; ``max_bins=None`` (default)
         lets the number of bins grow with the trials (:func:`specdec.stats.gof.bins_for_trials`).
+    progress : callable, optional
+        ``progress(case, trials, total)``: called once with ``(None, 0, total)`` before
+        the first case, then after each case with its name and planned trials (the command
+        line's progress bar over the battery's trials).
 
     Returns
     -------
@@ -159,7 +163,14 @@ def run_battery(sampler, *, kind: str | None = None, vectorised: bool | None = N
         for c in missing:
             per_case[c.name] = the_plan.trials_by_case[c.name]
     opts = dict(min_expected=min_expected, max_bins=max_bins, confidence=confidence)
-    raw = [_screened(sampler, c, spec, seed, per_case[c.name], opts) for c in case_list]
+    total = int(sum(per_case[c.name] for c in case_list))
+    if progress is not None:
+        progress(None, 0, total)
+    raw = []
+    for c in case_list:
+        raw.append(_screened(sampler, c, spec, seed, per_case[c.name], opts))
+        if progress is not None:
+            progress(c.name, int(per_case[c.name]), total)
     conventions = []
     if spec.kind == TOKEN and any(r[2] is not None for r in raw):
         if spec.proposals == AUTO:
