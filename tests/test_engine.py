@@ -655,3 +655,19 @@ def test_an_interrupted_build_leaves_no_server(server_binary, tmp_path, how):
         _cleanup(pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(build.pid, signal.SIGKILL)
+
+
+def test_a_long_build_says_how_far_it_is(tmp_path):
+    """The llama-server build (10-30 minutes on 2 cores) prints a line per report with the
+    stage read from cmake's log and the time taken (issue 30: progress a person can follow)."""
+    import time as _time
+
+    assert engine.build_stage("$ cmake -S src -B build\n-- The C compiler") == "configuring"
+    assert engine.build_stage("[  7%] Building C\n[ 43%] Building CXX\nlinking") == "43%"
+    log = tmp_path / "build.log"
+    log.write_text("[ 12%] Building CXX object x.o\n")
+    lines = []
+    with engine._reporting(log, _time.perf_counter(), lines.append, every=0.05):
+        _time.sleep(0.3)
+    assert lines and all(re.fullmatch(r"engine: building llama-server: 12% after \d+\.\d min", x)
+                         for x in lines)

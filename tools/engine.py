@@ -181,6 +181,47 @@ def _install(bin_dir: Path, log=print) -> Path:
     return dest / TARGET
 
 
+def build_stage(log_text: str) -> str:
+    """How far a cmake build is, from its log: ``"configuring"``, or the last ``[ NN%]``
+    make printed (``"43%"``).
+
+    >>> build_stage("$ cmake -S src -B build\\n-- The C compiler")
+    'configuring'
+    >>> build_stage("[  7%] Building C object a.o\\n[ 43%] Building CXX object b.o\\n")
+    '43%'
+    """
+    import re
+
+    found = re.findall(r"^\[\s*(\d+)%\]", log_text, re.M)
+    return f"{found[-1]}%" if found else "configuring"
+
+
+@contextlib.contextmanager
+def _reporting(logfile: Path, t0: float, log=print, every: float = 30.0):
+    """While the block runs, say every ``every`` seconds how far the build in ``logfile``
+    is and how long it has taken (a line per report: readable in a build log)."""
+    import threading
+
+    done = threading.Event()
+
+    def report():
+        while not done.wait(every):
+            try:
+                stage = build_stage(logfile.read_text(errors="replace"))
+            except OSError:
+                continue
+            log(f"engine: building {TARGET}: {stage} after "
+                f"{(time.perf_counter() - t0) / 60:.1f} min")
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 @contextlib.contextmanager
 def _build_lock(log=print):
     """One build at a time on this machine: an exclusive lock on a file of the cache.
@@ -235,7 +276,7 @@ def _build(jobs: int | None, log) -> Path:
     log(f"engine: building {TARGET} from llama-cpp-python {LLAMA_CPP_PYTHON} (once per "
         f"machine; 10-30 min on 2 cores; log {logfile})")
     t0 = time.perf_counter()
-    with open(logfile, "w") as fh:
+    with open(logfile, "w") as fh, _reporting(logfile, t0, log):
         for cmd in (["cmake", "-S", str(src), "-B", str(out), *CMAKE_FLAGS],
                     ["cmake", "--build", str(out), "--target", TARGET, "-j", str(jobs)]):
             fh.write("$ " + " ".join(cmd) + "\n")

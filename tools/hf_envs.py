@@ -79,6 +79,8 @@ def ensure(release: str, *, quiet: bool = True) -> Path:
     if _version(python) == release:
         return python
     env = python.parents[1]
+    print(f"creating the environment of transformers {release} (pip; log {env / 'pip.log'}; "
+          f"cached afterwards)", file=sys.stderr, flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
     log = env / "pip.log"
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", TORCH,

@@ -282,6 +282,8 @@ def ensure(name: str, *, check: bool = False) -> Path:
         shutil.rmtree(env)
     env.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    print(f"creating the environment of {name} {eng.version} (pip; log {env / 'pip.log'}; "
+          f"cached afterwards)", file=sys.stderr, flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
     log = env / "pip.log"
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *eng.pip_args,
