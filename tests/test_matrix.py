@@ -259,6 +259,7 @@ def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts
     assert spec.control == "control: FAIL, as it must" and "0.672" in spec.note
     assert "num_assistant_tokens 2" in spec.setting and "reports/o.md" in spec.note
     assert aborts.trials == 20 and aborts.note.startswith("14 of 20 requests raised")
+    assert aborts.note.endswith("(reports/openvino-genai-prefix-caching-abort.md)")  # its own draft
     summary["prefix_caching"] = {"requests": 20, "errors": 0, "first_error": None,
                                  "prefix_caching": False, "seconds": 1.0}
     assert len(mx.openvino_rows(summary, rule="r")) == 2

@@ -351,7 +351,9 @@ def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matr
 
 
 def openvino_rows(summary: Mapping, *, rule: str,
-                  report: str = "reports/openvino-genai-speculative-sampling.md") -> list[MatrixRow]:
+                  report: str = "reports/openvino-genai-speculative-sampling.md",
+                  abort_report: str = "reports/openvino-genai-prefix-caching-abort.md"
+                  ) -> list[MatrixRow]:
     """Rows of :mod:`specdec.conformance.adapters.openvino`'s summary: one per non-control
     setting (the controls in each row's control column), and the prefix-caching probe as an
     ABORTS row when any request raised."""
@@ -401,7 +403,7 @@ def openvino_rows(summary: Mapping, *, rule: str,
             verdict="ABORTS", trials=probe["requests"], seconds=probe["seconds"],
             note=f"{probe['errors']} of {probe['requests']} requests raised "
                  f"({(probe['first_error'] or '')[:60]}...); the pipeline drafts no more "
-                 f"after the first ({report})"))
+                 f"after the first ({abort_report})"))
     return rows
 
 

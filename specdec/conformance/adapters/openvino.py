@@ -53,7 +53,8 @@ what was observed. In short: at temperature > 0 the target draws its own token y
 draft token x iff ``r <= q(x) / p(y)`` with r on a 101-point grid, and after a rejection
 emits a draw from the *next* position's law in x's place (no residual); a miscount of the
 removed tokens after a rejected last draft leaves the processed-token count one ahead, which
-is the prefix-caching crash (reports/openvino-genai-speculative-sampling.md, "Diagnosis").
+is the prefix-caching crash (reports/openvino-genai-prefix-caching-abort.md, a comment on
+openvino.genai#4190, which reports it).
 
 Requires the engine environment of ``tools/py_engines.py`` (``openvino``); run
 ``python -m specdec.conformance.adapters.openvino`` with its interpreter for a JSON summary.
