@@ -4,11 +4,16 @@
 The conformance kit's Hugging Face adapters (``specdec.conformance.hf``) are checked at
 several transformers releases that span the changes of ``_speculative_sampling``'s
 signature. Each release gets its own virtual environment, cached under
-``~/.cache/specdec-book/hf/<release>/`` (``SPECDEC_HF_ENVS`` overrides the folder), with
-torch (CPU build), that transformers release and this project's runtime dependencies.
-The project itself is not installed there: :func:`environ` puts the calling checkout on
-``PYTHONPATH``, so every checkout (a worktree, CI's clone) runs its own ``specdec``. An environment that already answers ``import transformers`` with the right
+``~/.cache/specdec-book/hf/<release>/`` (``$SPECDEC_CACHE/hf``; ``SPECDEC_HF_ENVS``
+overrides the folder), with torch (CPU build), that transformers release and this project's
+runtime dependencies. The project itself is not installed there: :func:`environ` puts the
+calling checkout on ``PYTHONPATH``, so every checkout (a worktree, CI's clone) runs its own
+``specdec``. An environment that already answers ``import transformers`` with the right
 version is reused, so a second call costs a fraction of a second.
+
+This module is a view of the one table of pinned environments, tools/py_engines.py
+(:data:`py_engines.HF`, entries ``transformers-<release>``), which builds them with uv
+(pip if uv cannot be had), torch stored once for all of them.
 
 Used by tests/test_conformance_hf.py, notebooks/a3-kit-on-real-implementations.md and
 .ci/run::
@@ -20,34 +25,34 @@ Used by tests/test_conformance_hf.py, notebooks/a3-kit-on-real-implementations.m
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import py_engines  # noqa: E402
 
-#: transformers releases tested, one per minor series whose assisted-generation code
-#: changed in a way the kit can see (tools/hf_series.py finds and records them): 4.37
-#: (``_speculative_sampling(..., last_assistant_token_is_eos, max_matches)``), 4.40
-#: (``is_done_candidate``, no ``max_matches``), 4.46 (the assistant with a different
-#: tokenizer), 4.57 (the last 4.x), 5.0 (``_assisted_decoding`` rewritten), 5.14
-#: (``assistant_ensemble_weight``), 5.18 (end-of-sequence handling moved to the caller),
-#: and the newest.
-RELEASES = ("4.37.2", "4.40.2", "4.46.3", "4.57.6", "5.0.0", "5.14.1", "5.18.0", "5.24.0")
+REPO = py_engines.REPO
 
-#: torch build shared by every environment (pip takes the CPU wheel this machine holds).
-TORCH = "torch==2.13.0"
+#: transformers releases tested (see :data:`py_engines.RELEASES`).
+RELEASES = py_engines.RELEASES
+
+#: torch build shared by every environment (the CPU wheel this machine holds).
+TORCH = py_engines.TORCH
 
 #: Pins that keep an old release importable (transformers 4.37 predates numpy 2).
-EXTRA = {"4.37.2": ["numpy<2"]}
+EXTRA = py_engines.EXTRA
+
+#: The environments of the releases, by release: entries of :data:`py_engines.TABLE`.
+HF = py_engines.HF
+
+#: Environment variables for running this checkout's ``specdec`` in a release's interpreter.
+environ = py_engines.environ
 
 
 def envs_dir() -> Path:
     """Folder holding one environment per release."""
-    default = Path.home() / ".cache" / "specdec-book" / "hf"
-    return Path(os.environ.get("SPECDEC_HF_ENVS", default))
+    return py_engines.hf_envs_dir()
 
 
 def python_of(release: str) -> Path:
@@ -56,11 +61,8 @@ def python_of(release: str) -> Path:
 
 
 def _version(python: Path) -> str | None:
-    if not python.exists():
-        return None
-    proc = subprocess.run([str(python), "-c", "import transformers, torch, scipy; "
-                           "print(transformers.__version__)"], capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    """The transformers version ``python`` imports (with torch and scipy), or None."""
+    return py_engines.run_probe(Path(python), py_engines.HF_PROBE, timeout=600)
 
 
 def ensure(release: str, *, quiet: bool = True) -> Path:
@@ -71,35 +73,11 @@ def ensure(release: str, *, quiet: bool = True) -> Path:
     ValueError
         If ``release`` is not one of :data:`RELEASES`.
     RuntimeError
-        If pip fails (its output is in ``<env>/pip.log``).
+        If the installer fails (its output is in ``<env>/install.log``).
     """
     if release not in RELEASES:
         raise ValueError(f"release: must be one of {', '.join(RELEASES)} (got {release!r})")
-    python = python_of(release)
-    if _version(python) == release:
-        return python
-    env = python.parents[1]
-    print(f"creating the environment of transformers {release} (pip; log {env / 'pip.log'}; "
-          f"cached afterwards)", file=sys.stderr, flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
-    log = env / "pip.log"
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", TORCH,
-           f"transformers=={release}", "numpy", "scipy", "matplotlib", *EXTRA.get(release, [])]
-    with open(log, "w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip failed for transformers {release}; see {log}")
-    found = _version(python)
-    if found != release:
-        raise RuntimeError(f"environment for transformers {release} imports {found!r}; see {log}")
-    return python
-
-
-def environ() -> dict[str, str]:
-    """Environment variables for running this checkout's ``specdec`` in a release's interpreter."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    return env
+    return py_engines.ensure(HF[release].label)
 
 
 def main(argv: list[str] | None = None) -> int:
