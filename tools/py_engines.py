@@ -528,10 +528,12 @@ def build_commands(eng: Engine, env: Path, how: tuple[str, Path | None]) -> list
 def freeze(python: Path, how: tuple[str, Path | None]) -> str:
     """``pip freeze`` of an environment (``uv pip freeze`` if uv built it without pip)."""
     kind, uv = how
-    has_pip = subprocess.run([str(python), "-c", "import pip"], capture_output=True).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the environment only
+    has_pip = subprocess.run([str(python), "-c", "import pip"], capture_output=True,
+                             env=env).returncode == 0
     cmd = ([str(python), "-m", "pip", "freeze"] if kind == "pip" or has_pip
            else [str(uv), "pip", "freeze", "--no-config", "--python", str(python)])
-    return subprocess.run(cmd, capture_output=True, text=True).stdout
+    return subprocess.run(cmd, capture_output=True, text=True, env=env).stdout
 
 
 def ensure(name: str, *, check: bool = False) -> Path:
