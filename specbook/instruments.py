@@ -33,6 +33,7 @@ from specdec import cost
 from specdec import nn
 from specdec.laws import check_int
 from specdec.measure import cpu_model, rotation
+from specdec.stats import ratio_interval
 
 __all__ = ["thread_times", "pass_times", "step_times", "first_token_times", "last_level_cache", "weight_bytes", "COST_ESTIMATOR", "HEADLINE",
            "interleave_languages", "distinct_ngram_share", "ratio_interval", "memory_bandwidth",
@@ -428,75 +429,6 @@ def distinct_ngram_share(text: str | bytes, n: int = 4) -> float:
         return float("nan")
     grams = [data[i:i + n] for i in range(len(data) - n + 1)]
     return len(set(grams)) / len(grams)
-
-
-def ratio_interval(base_time, base_tokens, spec_time, spec_tokens, *, seed,
-                   confidence: float = 0.95, resamples: int = 2000) -> dict:
-    """Throughput ratio of two settings over the same prompts, with a bootstrap interval
-    over prompts.
-
-    The ratio is ``(sum spec_tokens / sum spec_time) / (sum base_tokens / sum base_time)``:
-    the speedup of a stream that sends these prompts one after the other. The interval
-    resamples prompts (each prompt's four numbers together: a paired bootstrap) with
-    :func:`scipy.stats.bootstrap`, BCa method.
-
-    Parameters
-    ----------
-    base_time, base_tokens, spec_time, spec_tokens : array_like, shape (n,)
-        Per prompt: seconds and completion tokens of the baseline and of the other setting.
-    seed : int or sequence of int
-        Seed of the resampling generator (:func:`numpy.random.default_rng`).
-    confidence : float
-        Confidence level, in (0, 1).
-    resamples : int
-        Bootstrap resamples.
-
-    Returns
-    -------
-    dict
-        ``speedup``, ``low``, ``high``, ``prompts`` (n), ``confidence``.
-
-    Raises
-    ------
-    ValueError
-        Arrays of different shapes, fewer than 2 prompts, non-positive times or tokens, a
-        confidence outside (0, 1).
-
-    References
-    ----------
-    Efron, B. (1987). Better bootstrap confidence intervals. JASA 82(397), 171-185 (BCa).
-    """
-    from scipy import stats
-
-    arrays = [np.asarray(a, dtype=float) for a in (base_time, base_tokens, spec_time,
-                                                    spec_tokens)]
-    names = ("base_time", "base_tokens", "spec_time", "spec_tokens")
-    for a, name in zip(arrays, names):
-        if a.ndim != 1 or a.shape != arrays[0].shape:
-            raise ValueError(f"{name}: must be one-dimensional with one value per prompt, "
-                             f"like base_time (shape {arrays[0].shape}, got {a.shape})")
-        if not np.all(np.isfinite(a) & (a > 0)):
-            raise ValueError(f"{name}: every value must be finite and positive")
-    if arrays[0].size < 2:
-        raise ValueError(f"base_time: needs at least 2 prompts (got {arrays[0].size})")
-    if not (isinstance(confidence, float) and 0 < confidence < 1):
-        raise ValueError(f"confidence: must be a float in (0, 1) (got {confidence!r})")
-    resamples = check_int(resamples, "resamples")
-
-    def ratio(bt, bk, st, sk, axis=-1):
-        return (np.sum(sk, axis) / np.sum(st, axis)) / (np.sum(bk, axis) / np.sum(bt, axis))
-
-    point = float(ratio(*arrays))
-    if np.ptp([ratio(*(a[np.arange(a.size) != i] for a in arrays))
-               for i in range(arrays[0].size)]) == 0:
-        low = high = point                     # every prompt alike: nothing to resample
-    else:
-        res = stats.bootstrap(arrays, ratio, paired=True, vectorized=True, axis=-1,
-                              confidence_level=confidence, n_resamples=resamples,
-                              method="BCa", rng=np.random.default_rng(seed))
-        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return {"speedup": point, "low": low, "high": high, "prompts": int(arrays[0].size),
-            "confidence": confidence}
 
 
 def memory_bandwidth(*, megabytes: int = 256, repeats: int = 5) -> dict:

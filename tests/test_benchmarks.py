@@ -101,3 +101,40 @@ def test_sigterm_mid_run_leaves_no_neighbour_and_no_server():
         proc.kill()
     time.sleep(0.5)
     assert all(_gone(p) for p in pids + [int(s) for s in servers])
+
+
+# ------------------------------------------------------------ benchmarks/bench_rule.py
+def _bench_rule():
+    spec = importlib.util.spec_from_file_location("bench_rule_for_test",
+                                                  REPO / "benchmarks" / "bench_rule.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_rule_says_where_the_speedup_stands_against_break_even():
+    br = _bench_rule()
+    assert br.verdict({"speedup": 1.31, "low": 1.22, "high": 1.4}) == \
+        "1.31x (95% interval 1.22-1.40): faster than plain decoding"
+    assert br.verdict({"speedup": 0.64, "low": 0.62, "high": 0.66}).endswith(
+        "slower than plain decoding")
+    assert br.verdict({"speedup": 1.02, "low": 0.97, "high": 1.08}).endswith(
+        "not distinguishable from break-even")
+    for kwargs, name in (({"gamma": 0}, "gamma"), ({"repeats": 0}, "repeats"),
+                         ({"temperature": 0}, "temperature"),
+                         ({"max_new_tokens": 1.5}, "max_new_tokens")):
+        with pytest.raises(ValueError, match=f"^{name}: must be"):
+            br.run("target", **kwargs)
+    streamed = br.stream(2)
+    assert [lang for lang, _ in streamed] == ["it", "en", "zh", "es"] * 2   # languages take turns
+
+
+def test_bench_rule_small_real_run_pairs_every_prompt():
+    br = _bench_rule()
+    out = br.run("target", gamma=2, prompts_per_language=1, repeats=1, max_new_tokens=6,
+                 log=lambda *_: None)
+    assert out["prompts"] == 4 and out["gamma"] == 2
+    s = out["speedup"]
+    assert s["prompts"] == 4 and s["low"] <= s["speedup"] <= s["high"]
+    assert 0 <= out["acceptance"] <= 1 and 1 <= out["tokens_per_pass"] <= 3   # E <= gamma + 1
+    assert set(out["seconds"]) == {"plain", "spec"}
