@@ -615,3 +615,32 @@ def test_a_failed_check_says_which_way_the_tokens_lean():
     hot = rng.uniform(0.2, 1.0, 4000)                  # mean 0.6: tokens late in the order
     check = pertoken_test({"target": hot}, tokens=4000, requests=40)
     assert not check.passed and "as if sampled hotter" in check.message
+
+
+def test_requests_carry_only_the_fields_asked_for(tmp_path, capsys):
+    """--sampling-fields temperature sends the temperature alone (vLLM warns about min_p
+    with speculation); --field adds a field to every request; a malformed one is refused
+    by name before anything is sent."""
+    from specdec.client.__main__ import _fields
+
+    assert cl.plain_sampling(0.7, "temperature") == {"temperature": 0.7}
+    assert cl.plain_sampling(0.7)["min_p"] == 0.0 and cl.plain_sampling(0.7)["top_k"] == -1
+    with pytest.raises(ValueError, match="^fields: must be one of all, temperature"):
+        cl.plain_sampling(1.0, "none")
+    assert _fields(["ignore_eos=true", "n=2", "stop=end", 'logit_bias={"1": -5}']) == \
+        {"ignore_eos": True, "n": 2, "stop": "end", "logit_bias": {"1": -5}}
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"xx": ["one", "two"]}))
+    script = Script(delays=(0.01,), texts=("a",), tokens=(1,))
+    with ScriptedServer(script) as url:
+        assert cli(["--endpoint", url, "--prompts", str(prompts), "--max-tokens", "1",
+                    "--sampling-fields", "temperature", "--field", "ignore_eos=true",
+                    "--temperature", "1", "--out", str(tmp_path / "r.json")]) == 0
+        assert script.bodies and all(b["temperature"] == 1.0 and b["ignore_eos"] is True
+                                     and "min_p" not in b and "top_k" not in b
+                                     for b in script.bodies)
+        sent = len(script.bodies)
+        assert cli(["--endpoint", url, "--prompts", str(prompts), "--field", "oops",
+                    "--out", str(tmp_path / "r.json")]) == 2
+        assert "--field: must be KEY=VALUE (got 'oops')" in capsys.readouterr().err
+        assert len(script.bodies) == sent                        # nothing was sent

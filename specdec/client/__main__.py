@@ -90,6 +90,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--out", type=Path, default=Path("specdec-client-results.json"))
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--sampling-fields", choices=("all", "temperature"), default="all",
+                   help="all: send every truncation off (llama.cpp, whose defaults truncate); "
+                        "temperature: send the temperature alone (vLLM, SGLang: their "
+                        "defaults do not truncate, and vLLM warns that min_p does not work "
+                        "with speculation)")
+    p.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
+                   help="one more request field, sent with every request (VALUE read as "
+                        "JSON, else as a string; e.g. --field ignore_eos=true); repeatable")
     g = p.add_argument_group("per-token exactness (--exactness)")
     g.add_argument("--exactness", choices=("reported", "model"),
                    help="test every emitted token: against the server's reported "
@@ -140,6 +148,20 @@ def _prompts(args) -> dict[str, list[str]]:
     return {k: list(v[:n]) for k, v in data.items()}
 
 
+def _fields(items) -> dict:
+    """``--field KEY=VALUE`` options as request fields (VALUE as JSON, else a string)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--field: must be KEY=VALUE (got {item!r})")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def _progress(total: int, enabled: bool, label: str):
     if not enabled:
         return None, lambda: None
@@ -168,7 +190,8 @@ def main(argv=None) -> int:
         rates = None if args.rate is None else _numbers(args.rate, float, "--rate")
         endpoint = _endpoint("--endpoint", args.endpoint, args)
         base = None if args.baseline is None else _endpoint("--baseline", args.baseline, args)
-        sampling = plain_sampling(args.temperature)
+        sampling = {**plain_sampling(args.temperature, args.sampling_fields),
+                    **_fields(args.field)}
         for flag, value in (("--max-tokens", args.max_tokens),
                             ("--prompts-per-language", args.prompts_per_language),
                             ("--repeats", args.repeats)):
@@ -305,6 +328,10 @@ def _exactness(args, argv) -> int:
             except (KeyError, FileNotFoundError, ValueError) as err:
                 raise ValueError(f"--target/--draft: {err}") from None
         settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k)
+        extra = _fields(args.field)
+        if args.exactness == "model" and args.sampling_fields != "all":
+            raise ValueError("--sampling-fields temperature: --exactness model talks to "
+                             "llama.cpp, whose defaults truncate; leave it at 'all'")
         prompts = [p for ps in _prompts(args).values() for p in ps]
         if not args.out.parent.is_dir() or args.out.is_dir():
             raise ValueError(f"--out: {str(args.out)!r} must name a file in an existing "
@@ -331,7 +358,7 @@ def _exactness(args, argv) -> int:
                 settings=settings, laws=args.exactness, target=models[0], draft=models[1],
                 seed=args.seed, false_alarm=args.false_alarm, tolerance=tolerance,
                 top_logprobs=args.top_logprobs, post_sampling_probs=args.post_sampling_probs,
-                progress=update)
+                progress=update, extra=extra, sampling_fields=args.sampling_fields)
         finally:
             close()
     except (tc.NoLogprobs, ValueError) as err:   # nothing to test: no usable laws

@@ -115,18 +115,35 @@ class Endpoint:
         return APIS[self.api]
 
 
-def plain_sampling(temperature: float) -> dict:
+#: What :func:`plain_sampling` may send: every truncation explicitly off (llama.cpp, whose own
+#: defaults truncate), or the temperature alone (vLLM and SGLang, whose defaults do not
+#: truncate; vLLM warns that ``min_p`` does not work with speculative decoding).
+SAMPLING_FIELDS = ("all", "temperature")
+
+
+def plain_sampling(temperature: float, fields: str = "all") -> dict:
     """Request fields that make a server sample the plain softmax at ``temperature``.
 
-    Every truncation off (top-k, top-p, min-p, typical-p, XTC, DRY, repetition penalties,
-    top-n-sigma, mirostat), so the emitted law is softmax(logits / temperature), the law
-    the book computes exactly. llama.cpp's own defaults (temperature 0.8, top-k 40,
-    top-p 0.95, min-p 0.05) would sample something else; vLLM and SGLang read ``top_k``
-    and ``min_p`` too and ignore the llama.cpp-only fields. Temperature 0 is greedy.
+    ``fields="all"``: every truncation off (top-k, top-p, min-p, typical-p, XTC, DRY,
+    repetition penalties, top-n-sigma, mirostat), so the emitted law is
+    softmax(logits / temperature), the law the book computes exactly. llama.cpp's own
+    defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05) would sample something
+    else; vLLM and SGLang read ``top_k`` and ``min_p`` too and ignore the llama.cpp-only
+    fields. ``fields="temperature"``: the temperature alone, for a server whose defaults
+    truncate nothing. Temperature 0 is greedy.
+
+    Raises
+    ------
+    ValueError
+        A negative or non-finite temperature, or ``fields`` not in :data:`SAMPLING_FIELDS`.
     """
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)
             and temperature >= 0):
         raise ValueError(f"temperature: must be a finite number >= 0 (got {temperature!r})")
+    if fields not in SAMPLING_FIELDS:
+        raise ValueError(f"fields: must be one of {', '.join(SAMPLING_FIELDS)} (got {fields!r})")
+    if fields == "temperature":
+        return {"temperature": float(temperature)}
     return {"temperature": float(temperature), "top_k": -1, "top_p": 1.0, "min_p": 0.0,
             "typical_p": 1.0, "xtc_probability": 0.0, "dry_multiplier": 0.0,
             "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,

@@ -180,7 +180,7 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
                        max_tokens: int, temperature: float = 1.0, seed: int = 0,
                        top_logprobs: int = 20, post_sampling_probs: bool = False,
                        concurrency: int = 4, extra: Mapping | None = None,
-                       progress=None) -> list[Response]:
+                       progress=None, sampling_fields: str = "all") -> list[Response]:
     """Seeded responses with the server's reported top log-probabilities per token.
 
     OpenAI-compatible, non-streamed: ``/v1/completions`` with ``logprobs: K``, or
@@ -206,6 +206,9 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
         More request fields.
     progress : callable, optional
         Called with 1 after each answer.
+    sampling_fields : str
+        ``"all"``: every truncation sent off; ``"temperature"``: the temperature alone
+        (:func:`~specdec.client.stream.plain_sampling`).
 
     Returns
     -------
@@ -231,7 +234,8 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
     bodies, seeds = [], []
     for k in range(requests):
         prompt = prompts[k % len(prompts)]
-        body = {"max_tokens": max_tokens, "stream": False, **plain_sampling(temperature),
+        body = {"max_tokens": max_tokens, "stream": False,
+                **plain_sampling(temperature, sampling_fields),
                 **dict(extra or {}), "seed": seed + k}
         if endpoint.api == "chat":
             body.update(messages=[{"role": "user", "content": prompt}], logprobs=True,
@@ -595,7 +599,7 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
                           power: float = 0.9, tolerance: float = 0.0,
                           top_logprobs: int = 20, post_sampling_probs: bool = False,
                           concurrency: int = 4, extra: Mapping | None = None,
-                          progress=None):
+                          progress=None, sampling_fields: str = "all"):
     """One served configuration's per-token exactness check, in one call.
 
     Sends ``requests`` seeded requests (prompts in turn, seeds ``seed`` to
@@ -636,6 +640,9 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
         know, for a positive control).
     progress : callable, optional
         Called with 1 after each answer (the command line's progress bar).
+    sampling_fields : str
+        ``laws="reported"``: ``"all"`` sends every truncation off, ``"temperature"`` the
+        temperature alone (vLLM, SGLang); ``laws="model"`` always sends all (llama.cpp).
 
     Returns
     -------
@@ -676,7 +683,8 @@ def served_pertoken_check(endpoint: Endpoint, prompts: Sequence[str], *, request
                                  temperature=settings.temperature, seed=seed,
                                  top_logprobs=top_logprobs,
                                  post_sampling_probs=post_sampling_probs,
-                                 concurrency=concurrency, extra=fields, progress=progress)
+                                 concurrency=concurrency, extra=fields, progress=progress,
+                                 sampling_fields=sampling_fields)
         t1 = time.perf_counter()
         check = reported_pertoken_check(got, max_tokens=max_tokens, rng=rng,
                                         top_logprobs=top_logprobs, false_alarm=false_alarm,
