@@ -195,8 +195,11 @@ def shared_digest(layout: Layout, params: dict[str, int]) -> str:
     """Everything a notebook depends on besides its own source."""
     h = hashlib.sha256(FINGERPRINT_VERSION.encode())
     h.update(b"library\0" + tree_digest(layout.library).encode())
-    machinery = layout.root / "specbook"          # the book's machinery, outside the wheel
-    h.update(b"specbook\0" + (tree_digest(machinery).encode() if machinery.exists() else b"-"))
+    # the book's machinery, outside the wheel: the root's own, else this tool's checkout's
+    # (kernel_environment puts both on the notebooks' path, in that order)
+    machinery = next((d for d in (layout.root / "specbook", REPO / "specbook") if d.exists()),
+                     None)
+    h.update(b"specbook\0" + (tree_digest(machinery).encode() if machinery else b"-"))
     pyproject = layout.root / "pyproject.toml"
     h.update(b"pyproject\0" + (tree_digest(pyproject).encode() if pyproject.exists() else b"-"))
     h.update(b"tool\0" + tool_digest().encode())
@@ -244,8 +247,11 @@ def kernel_environment(layout: Layout) -> dict[str, str]:
         "PYTHONHASHSEED": "0",
         "SOURCE_DATE_EPOCH": "1767225600",  # 2026-01-01: fixed dates in SVG/PDF metadata
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        # the book's root first (its specdec and specbook), then this build tool's checkout,
+        # whose book machinery (specbook/, outside the wheel) a book elsewhere uses too
         "PYTHONPATH": os.pathsep.join(
-            [str(layout.root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            dict.fromkeys([str(layout.root), str(REPO)]
+                          + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         ),
     }
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
