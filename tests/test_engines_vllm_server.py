@@ -232,6 +232,33 @@ def test_a_missing_engine_is_exit_status_2_with_its_reason(tmp_path, capsys):
         vs.run_all(python=tmp_path / "no-python", requests=0)
 
 
+def test_check_setting_on_a_scripted_server_passes_fails_and_records_a_refusal():
+    """The row of one server, on the client's scripted OpenAI server (no vLLM): an exact
+    server passes, one sampling colder than the law it reports fails, one that answers
+    HTTP 500 gives an "error" row with the message and nothing tested."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from scripted_server import Script, ScriptedServer
+
+    law = np.random.default_rng(0).dirichlet(np.full(6, 0.8), size=6)
+    cold = law ** (1 / 0.6)
+    cold /= cold.sum(axis=1, keepdims=True)
+    kw = dict(requests=60, max_tokens=30, top_logprobs=3, seed=4)
+    with ScriptedServer(Script(law=law)) as url:
+        row = vs.check_setting(url, vs.SETTINGS["plain"], ["a", "b"], **kw)
+    assert row["passed"] and row["verdict"] == "pass" and row["tokens"] == 60 * 30
+    assert row["request_fields"] == {"ignore_eos": True}
+    assert 0 < row["detectable_tv"] < 0.15 and set(row["means"]) == {"target"}
+    with ScriptedServer(Script(law=law, sample=cold)) as url:
+        row = vs.check_setting(url, vs.SETTINGS["plain"], ["a", "b"], **kw)
+    assert not row["passed"] and row["verdict"] == "FAIL" and row["means"]["target"] < 0.5
+    with ScriptedServer(Script(mode="http500")) as url:
+        row = vs.check_setting(url, vs.SETTINGS["control_temperature"], ["a"], **kw)
+    assert (row["passed"], row["verdict"], row["tokens"], row["pvalue"]) == \
+        (False, "error", 0, None)
+    assert "HTTP 500" in row["error"]
+    assert row["request_fields"] == {"ignore_eos": True, "temperature": 0.7}
+
+
 # --------------------------------------------------------------------------------------
 # The matrix rows of a summary
 # --------------------------------------------------------------------------------------
@@ -268,6 +295,13 @@ SUMMARY = {
                                   metrics={"drafts": 376, "draft_tokens": 1128,
                                            "accepted_tokens": 121,
                                            "acceptance_rate": 121 / 1128}, fix_applied=True),
+        "draft_model": {**_row("draft-model speculation", _setting("draft_model"),
+                               passed=False, tokens=0, det=None, p=None, mean=None,
+                               metrics={"drafts": 10, "draft_tokens": 30,
+                                        "accepted_tokens": 0, "acceptance_rate": 0.0}),
+                        "verdict": "error", "means": {},
+                        "error": "request 0 (seed 20000) to http://127.0.0.1:1/v1/completions: "
+                                 "HTTP 400: Out of range float values are not JSON compliant"},
         "ngram_fixed": _row("n-gram, fixed copy", _setting("ngram", fixed=True), passed=True,
                             tokens=10, det=0.9, p=0.5, mean=0.5, fix_applied=False),
     }}
@@ -277,8 +311,8 @@ def test_vllm_server_rows_one_per_setting_with_the_control_on_every_row():
     rows = mx.vllm_server_rows(SUMMARY, report="reports/vllm-expand-cpu.md")
     assert [r.implementation for r in rows] == [
         "vLLM OpenAI server", "vLLM OpenAI server + n-gram", "vLLM OpenAI server + draft model",
-        "vLLM OpenAI server + n-gram"]
-    plain, ngram, fixed, unfixed = rows
+        "vLLM OpenAI server + draft model", "vLLM OpenAI server + n-gram"]
+    plain, ngram, fixed, refused, unfixed = rows
     assert (plain.verdict, plain.detectable_tv, plain.trials, plain.seconds) == \
         ("PASS", 0.07, 3072, 61.5)
     assert plain.setting == "no speculation, temperature 1, processed_logprobs; as shipped"
@@ -290,6 +324,11 @@ def test_vllm_server_rows_one_per_setting_with_the_control_on_every_row():
     assert ngram.note == ("p < 10⁻³⁰⁰; mean PIT along the reported order 0.930 (1/2 if exact) "
                           "(reports/vllm-expand-cpu.md); vLLM's counters: 5 of 2,700 draft "
                           "tokens accepted (0.19%)")
+    assert (refused.verdict, refused.trials, refused.detectable_tv) == ("ABORTS", 0, None)
+    assert refused.note == ("requests refused, no token tested: request 0 (seed 20000) to "
+                            "http://127.0.0.1:1/v1/completions: HTTP 400: Out of range float "
+                            "values are not JSON compliant (reports/vllm-expand-cpu.md); "
+                            "vLLM's counters: 0 of 30 draft tokens accepted (0.00%)")
     assert fixed.verdict == "PASS" and "FIXED COPY" in fixed.setting
     assert "not the engine as shipped" in fixed.setting
     assert fixed.note == ("vLLM's counters: 121 of 1,128 draft tokens accepted (10.73%); "

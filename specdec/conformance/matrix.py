@@ -467,7 +467,9 @@ def vllm_server_rows(summary: Mapping, *, report: str) -> list[MatrixRow]:
     A fixed-copy setting (the engine with one function replaced) says so in its setting
     and is never a row of the engine as shipped; one whose replacement was not seen in the
     server's log is "NOT RUN". A failing row of the engine as shipped names the mean PIT
-    along the reported ordering and ``report``.
+    along the reported ordering and ``report``; a setting whose requests the server
+    refused (``error``: e.g. non-finite log-probabilities it cannot write as JSON) is
+    "ABORTS", with the server's message.
 
     Parameters
     ----------
@@ -512,7 +514,11 @@ def vllm_server_rows(summary: Mapping, *, report: str) -> list[MatrixRow]:
                          f"{m['draft_tokens']:,} draft tokens accepted "
                          f"({100 * m.get('acceptance_rate', 0):.2f}%)")
         verdict = "PASS" if passed else "FAIL"
-        if not passed:
+        if s.get("error"):                     # a request refused: nothing was tested
+            verdict = "ABORTS"
+            notes.insert(0, f"requests refused, no token tested: {s['error'][:200]}"
+                         + ("" if st["fixed_copy"] else f" ({report})"))
+        elif not passed:
             mean = s["means"].get("target")
             notes.insert(0, f"p {'' if s['pvalue'] == 0 else '= '}{pvalue_text(s['pvalue'])}"
                          + (f"; mean PIT along the reported order {mean:.3f} (1/2 if exact)"

@@ -756,7 +756,10 @@ def check_setting(url: str, setting: Setting, prompt_texts, *, requests: int, ma
     Returns
     -------
     dict
-        ``passed``, ``verdict`` ("pass" or "FAIL"), ``tokens``, ``requests``,
+        ``passed``, ``verdict`` ("pass", "FAIL", or "error" when a request was refused:
+        then ``error`` holds the message, e.g. vLLM's HTTP 400 "Out of range float values
+        are not JSON compliant" for non-finite log-probabilities, and nothing was tested),
+        ``tokens``, ``requests``,
         ``detectable_tv``, ``pvalue`` (the smallest Holm-adjusted), ``adjusted`` (per test),
         ``means`` (mean PIT per ordering, 1/2 if exact), ``impossible``,
         ``tokens_in_pooled_cell``, ``message``, ``seconds`` (requests and test) and
@@ -768,14 +771,24 @@ def check_setting(url: str, setting: Setting, prompt_texts, *, requests: int, ma
 
     _check_counts(requests=(requests, 1), max_tokens=(max_tokens, 1),
                   top_logprobs=(top_logprobs, 1), seed=(seed, 0))
+    from specdec.client.stream import ClientError
+
     extra = {"ignore_eos": True}
     if setting.temperature != setting.law_temperature:
         extra["temperature"] = float(setting.temperature)
-    chk = served_pertoken_check(
-        Endpoint(url, "completions", "tiny", 120.0), list(prompt_texts), requests=requests,
-        max_tokens=max_tokens, settings=SamplingSettings(temperature=setting.law_temperature),
-        laws="reported", seed=seed, false_alarm=false_alarm, top_logprobs=top_logprobs,
-        concurrency=concurrency, extra=extra)
+    t0 = time.perf_counter()
+    try:
+        chk = served_pertoken_check(
+            Endpoint(url, "completions", "tiny", 120.0), list(prompt_texts), requests=requests,
+            max_tokens=max_tokens, settings=SamplingSettings(temperature=setting.law_temperature),
+            laws="reported", seed=seed, false_alarm=false_alarm, top_logprobs=top_logprobs,
+            concurrency=concurrency, extra=extra)
+    except ClientError as exc:         # the server refused to answer (NoLogprobs included)
+        return {"passed": False, "verdict": "error", "error": str(exc)[:1000],
+                "tokens": 0, "requests": requests, "detectable_tv": None, "pvalue": None,
+                "adjusted": {}, "means": {}, "impossible": 0, "tokens_in_pooled_cell": 0,
+                "message": "", "request_fields": extra,
+                "seconds": round(time.perf_counter() - t0, 2), "requests_seconds": None}
 
     def num(x):
         return None if x is None or not np.isfinite(x) else float(x)
