@@ -325,10 +325,16 @@ def test_vllm_server_rows_one_per_setting_with_the_control_on_every_row():
                           "(reports/vllm-expand-cpu.md); vLLM's counters: 5 of 2,700 draft "
                           "tokens accepted (0.19%)")
     assert (refused.verdict, refused.trials, refused.detectable_tv) == ("ABORTS", 0, None)
-    assert refused.note == ("requests refused, no token tested: request 0 (seed 20000) to "
-                            "http://127.0.0.1:1/v1/completions: HTTP 400: Out of range float "
+    assert refused.note == ("requests refused, no token tested: HTTP 400: Out of range float "
                             "values are not JSON compliant (reports/vllm-expand-cpu.md); "
                             "vLLM's counters: 0 of 30 draft tokens accepted (0.00%)")
+    as_json = json.loads(json.dumps(SUMMARY))
+    as_json["settings"]["draft_model"]["error"] = (
+        'request 0 (seed 1) to http://127.0.0.1:9/v1/completions: HTTP 400: {"error":'
+        '{"message":"Out of range float values are not JSON compliant","code":400}}')
+    assert mx.vllm_server_rows(as_json, report="r")[3].note.startswith(
+        "requests refused, no token tested: HTTP 400: Out of range float values are not JSON "
+        "compliant (r)")
     assert fixed.verdict == "PASS" and "FIXED COPY" in fixed.setting
     assert "not the engine as shipped" in fixed.setting
     assert fixed.note == ("vLLM's counters: 121 of 1,128 draft tokens accepted (10.73%); "

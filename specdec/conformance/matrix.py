@@ -516,7 +516,16 @@ def vllm_server_rows(summary: Mapping, *, report: str) -> list[MatrixRow]:
         verdict = "PASS" if passed else "FAIL"
         if s.get("error"):                     # a request refused: nothing was tested
             verdict = "ABORTS"
-            notes.insert(0, f"requests refused, no token tested: {s['error'][:200]}"
+            err = s["error"]
+            _, _, answer = err.partition("HTTP ")
+            if answer:                         # the status and the server's own message
+                code, _, body = answer.partition(": ")
+                try:
+                    body = json.loads(body)["error"]["message"]
+                except (ValueError, TypeError, KeyError):
+                    pass
+                err = f"HTTP {code}: {body}"
+            notes.insert(0, f"requests refused, no token tested: {err[:200]}"
                          + ("" if st["fixed_copy"] else f" ({report})"))
         elif not passed:
             mean = s["means"].get("target")
