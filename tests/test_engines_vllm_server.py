@@ -125,7 +125,12 @@ def test_each_setting_gives_its_command_line():
     assert control[control.index("--logprobs-mode") + 1] == "raw_logprobs"
     assert vs.SETTINGS["control_temperature"].temperature != \
         vs.SETTINGS["control_temperature"].law_temperature
+    raw = vs.server_args("/py", models, vs.SETTINGS["ngram_raw"], port=1)
+    assert raw[raw.index("--logprobs-mode") + 1] == "raw_logprobs"
+    assert json.loads(raw[raw.index("--speculative-config") + 1])["method"] == "ngram"
     assert all(s.fixed_copy == name.endswith("_fixed") for name, s in vs.SETTINGS.items())
+    assert all(s.temperature == s.law_temperature == 1.0
+               for s in vs.SETTINGS.values() if not s.control)
     with pytest.raises(ValueError, match=r"^port: must be an integer in 1\.\.65535 \(got 0\)"):
         vs.server_args("/py", models, vs.SETTINGS["plain"], port=0)
     with pytest.raises(ValueError, match=r"^gamma: must be an integer >= 1 \(got 0\)"):

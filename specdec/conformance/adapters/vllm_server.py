@@ -19,7 +19,11 @@ configuration. Every request sends ``ignore_eos`` so each response has its full 
 What each setting serves (:data:`SETTINGS`): the plain server; n-gram speculation
 (``--speculative-config {"method": "ngram", ...}``, prompt lookup); draft-model
 speculation with vLLM's default greedy drafts and with ``draft_sample_method
-"probabilistic"``; the control (must fail); and the speculative settings again on a "fixed
+"probabilistic"``; the two speculative servers again with ``--logprobs-mode raw_logprobs``
+(at temperature 1 without truncation the raw law is the law the tokens must follow, and
+it stays finite where the processed one, computed from the corrupted temperatures, may
+not: vLLM then refuses the request with HTTP 400, "Out of range float values are not JSON
+compliant"); the control (must fail); and the speculative settings again on a "fixed
 copy" of vLLM, with the one CPU function of reports/vllm-expand-cpu.md replaced (a
 ``sitecustomize`` on the server's ``PYTHONPATH``, :data:`FIX_SOURCE`): never the engine as
 shipped.
@@ -490,6 +494,13 @@ SETTINGS = {
     "draft_model": Setting("draft-model speculation (greedy drafts)", "draft_model"),
     "draft_model_probabilistic": Setting("draft-model speculation (probabilistic drafts)",
                                          "draft_model_probabilistic"),
+    # the speculative servers again, reporting the raw law (temperature 1, the law the
+    # tokens must follow at temperature 1 without truncation): finite log-probabilities
+    # even where the processed ones are not
+    "ngram_raw": Setting("n-gram speculation (prompt lookup 1-3)", "ngram",
+                         logprobs_mode="raw_logprobs"),
+    "draft_model_raw": Setting("draft-model speculation (greedy drafts)", "draft_model",
+                               logprobs_mode="raw_logprobs"),
     "control_temperature": Setting("control: tokens at temperature 0.7, raw law (temperature "
                                    "1) reported", logprobs_mode="raw_logprobs",
                                    temperature=0.7, control=True),
