@@ -49,8 +49,11 @@ emits against the law it should have been drawn from (randomised PIT, Holm).
 
 Needs: a running server on a URL you give. Prints the verdict, the p-values, the tokens
 tested and the detectable per-token TV at power 0.9.
-Exit status: 0 pass, 1 fail (or no usable log-probabilities), 2 usage error (nothing
-sent), 3 a request failed or Ctrl-C stopped the run (no verdict).
+Exit status: 0 pass, 1 fail, 2 usage error (nothing sent), 3 a request failed or Ctrl-C
+stopped the run (no verdict), 4 nothing could be tested (no usable log-probabilities, a
+baseline whose laws are not the model's, or too few tokens): no verdict. llama.cpp's
+speculative server reports no probabilities for the tokens its draft path emits, so
+`reported` cannot test it; `model` can, for the book's own models only.
 """
 
 SERVE = """\

@@ -467,9 +467,9 @@ def test_cli_exactness_errors(tmp_path, capsys):
     base = ["--prompts", str(prompts), "--out", str(tmp_path / "r.json")]
     with ScriptedServer(Script(law=_chain(), mode="nologprobs")) as url:
         assert cli(["--endpoint", url, *base, "--exactness", "reported",
-                    "--temperature", "1", "--requests", "3"]) == 1
+                    "--temperature", "1", "--requests", "3"]) == 4     # untestable, no verdict
         assert "no log-probabilities" in capsys.readouterr().err
-    for argv, flag in ((["--exactness", "reported"], "--temperature"),          # 0
+    for argv, flag in ((["--exactness", "reported", "--temperature", "0"], "--temperature"),
                        (["--exactness", "reported", "--temperature", "0.7"],
                         "--post-sampling-probs"),
                        (["--exactness", "reported", "--temperature", "1", "--target", "t"],
@@ -644,3 +644,30 @@ def test_requests_carry_only_the_fields_asked_for(tmp_path, capsys):
                     "--out", str(tmp_path / "r.json")]) == 2
         assert "--field: must be KEY=VALUE (got 'oops')" in capsys.readouterr().err
         assert len(script.bodies) == sent                        # nothing was sent
+
+
+def test_exactness_refuses_a_baseline_whose_laws_are_another_models(tmp_path, capsys,
+                                                                     monkeypatch):
+    """A new user's --target draft against a target server measured a 'disagreement' of
+    0.705 and passed with a detectable TV of 1: a measured tolerance above MAX_TOLERANCE now
+    stops the run untested (exit 4), and the temperature defaults to 1 for exactness."""
+    from specdec.client import __main__ as cm
+    from specdec.client import tokencheck as tc
+
+    seen = {}
+
+    def disagreement(endpoint, prompts, model, settings, *, seed):
+        seen["temperature"] = settings.temperature
+        return {"max_tv": 0.705, "positions": 320}
+
+    monkeypatch.setattr(tc, "engine_disagreement", disagreement)
+    monkeypatch.setattr(tc, "served_pertoken_check",
+                        lambda *a, **k: pytest.fail("nothing may be tested"))
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"xx": ["one"]}))
+    code = cli(["--endpoint", "http://127.0.0.1:1", "--baseline", "http://127.0.0.1:2",
+                "--exactness", "model", "--target", "draft", "--prompts", str(prompts),
+                "--out", str(tmp_path / "r.json")])
+    assert code == cm.UNTESTABLE == 4 and seen["temperature"] == 1.0
+    err = capsys.readouterr().err
+    assert "per-token TV of 0.705 (more than 0.05): not the same model" in err
