@@ -671,3 +671,17 @@ def test_exactness_refuses_a_baseline_whose_laws_are_another_models(tmp_path, ca
     assert code == cm.UNTESTABLE == 4 and seen["temperature"] == 1.0
     err = capsys.readouterr().err
     assert "per-token TV of 0.705 (more than 0.05): not the same model" in err
+
+
+def test_a_load_point_line_says_goodput_only_under_limits():
+    from specdec.client.__main__ import _line
+
+    s = {"load": {"kind": "closed", "concurrency": 2}, "acceptance": float("nan"),
+         "output_throughput": 123.45, "goodput": 7.5, "ttft": {"p50": 0.0123},
+         "tpot": {"p50": 0.00456}, "itl": {"p99": 0.0201}}
+    assert _line(s, limits=False) == ("concurrency 2: 123.5 tokens/s, goodput n/a (no "
+                                      "--ttft-max or --tpot-max), TTFT p50 12.3 ms, TPOT p50 "
+                                      "4.56 ms, ITL p99 20.10 ms")
+    assert "goodput 7.50 req/s" in _line(s, limits=True)
+    assert _line(s, False, "speculative server only, ").startswith(
+        "speculative server only, concurrency 2:")

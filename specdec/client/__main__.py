@@ -177,13 +177,16 @@ def _progress(total: int, enabled: bool, label: str):
     return bar.update, bar.close
 
 
-def _line(s: dict) -> str:
+def _line(s: dict, limits: bool = True, label: str = "") -> str:
+    """One load point's line; goodput only under limits (without them it is throughput)."""
     load = s["load"]
     where = (f"concurrency {load['concurrency']}" if load["kind"] == "closed"
              else f"rate {load['rate']:g}/s (burstiness {load['burstiness']:g})")
     acc = "" if math.isnan(s["acceptance"]) else f", acceptance {s['acceptance']:.3f}"
-    return (f"{where}: {s['output_throughput']:.1f} tokens/s, goodput "
-            f"{s['goodput']:.2f} req/s, TTFT p50 {1e3 * s['ttft']['p50']:.1f} ms, "
+    good = (f"goodput {s['goodput']:.2f} req/s" if limits
+            else "goodput n/a (no --ttft-max or --tpot-max)")
+    return (f"{label}{where}: {s['output_throughput']:.1f} tokens/s, {good}, "
+            f"TTFT p50 {1e3 * s['ttft']['p50']:.1f} ms, "
             f"TPOT p50 {1e3 * s['tpot']['p50']:.2f} ms, ITL p99 "
             f"{1e3 * s['itl']['p99']:.2f} ms{acc}")
 
@@ -248,8 +251,10 @@ def main(argv=None) -> int:
             result["paired"] = out
             for row in out["rows"]:
                 if "speedup" in row:
-                    print(f"{row['language']}: speedup {row['speedup']:.3f} (IQR "
-                          f"{row['speedup_iqr']:.3f}), acceptance {row['acceptance']:.3f}")
+                    spread = (f"IQR {row['speedup_iqr']:.3f}" if (args.repeats or 3) > 1
+                              else "IQR n/a: one repeat")
+                    print(f"{row['language']}: speedup {row['speedup']:.3f} ({spread}), "
+                          f"acceptance {row['acceptance']:.3f}")
         points = ([("open", r) for r in rates] if rates else [("closed", c) for c in conc])
         for kind, value in points:
             update, close = _progress(len(specs), show, f"{kind} {value:g}")
@@ -260,7 +265,8 @@ def main(argv=None) -> int:
             s = summarize_run(run, ttft_max=args.ttft_max, tpot_max=args.tpot_max)
             result["runs"].append({**s, "records": [r.to_dict() for r in run.records],
                                    "complete": True})
-            print(_line(s))
+            print(_line(s, args.ttft_max is not None or args.tpot_max is not None,
+                        "speculative server only, " if base is not None else ""))
         result["complete"] = True
     except RunFailed as err:                 # keep what was measured before it
         close()
