@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "kit":
             from specdec.conformance.__main__ import main as kit
 
-            return kit(rest)
+            return kit(rest, prog="specdec kit")
         if command == "serve":
             return _serve(rest)
         from specdec.client.__main__ import main as client
@@ -139,14 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("error: --exactness: use `specdec exactness reported|model ...`",
                       file=sys.stderr)
                 return 2
-            return client(rest)
+            return client(rest, prog="specdec bench")
         if not rest or rest[0] not in ("reported", "model"):
             if _wants_help(rest):
-                return client(["--help"])
+                return client(["--help"], prog="specdec exactness {reported,model}")
             print("error: specdec exactness: the first argument must be 'reported' or "
                   "'model'", file=sys.stderr)
             return 2
-        return client(["--exactness", rest[0], *rest[1:]])
+        return client(["--exactness", rest[0], *rest[1:]],
+                      prog=f"specdec exactness {rest[0]}")
     except SystemExit as exit_:              # argparse's --help (0) and usage errors (2)
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 2)

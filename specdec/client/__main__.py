@@ -64,8 +64,8 @@ def _numbers(text: str, kind, name: str) -> list:
     return values
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specdec.client", description=__doc__.split(
+def parser(prog: str = "python -m specdec.client") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split(
         "\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]).replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8080")
@@ -191,8 +191,8 @@ def _line(s: dict, limits: bool = True, label: str = "") -> str:
             f"{1e3 * s['itl']['p99']:.2f} ms{acc}")
 
 
-def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+def main(argv=None, prog: str = "python -m specdec.client") -> int:
+    args = parser(prog).parse_args(argv)
     if args.exactness:
         return _exactness(args, argv)
     try:

@@ -25,14 +25,14 @@ from specdec.conformance.pilot import plan_battery
 from specdec.conformance.runner import run_battery
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m specdec.conformance") -> int:
     """Command-line entry point: ``python -m specdec.conformance package.module:function``.
 
     Prints the Markdown report. Exit status: 0 if the sampler passes, 1 if it fails, 2 on
     a usage error (bad arguments, sampler not importable, undecidable convention).
     """
     ap = argparse.ArgumentParser(
-        prog="python -m specdec.conformance",
+        prog=prog,
         description="Test a speculative sampler against the exact target law "
                     "(standard battery, family-wise false-alarm control).")
     ap.add_argument("sampler", nargs="?", help="package.module:function")
