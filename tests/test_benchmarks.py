@@ -74,7 +74,11 @@ def test_a_small_real_run_prints_both_models_per_condition():
         model = float(re.search(r"model from CPU time ([\d.]+)x", line).group(1))
         error = float(re.search(r"model from CPU time [\d.]+x \(([-+][\d.]+)%", line).group(1))
         assert measured > 0 and model > 0
-        assert abs(error - 100 * (model / measured - 1)) < 0.5   # printed values rounded
+        # the printed values are rounded (speedups to 0.001, the error to 0.1 point): the
+        # error recomputed from them is off by at most what that rounding allows, which
+        # grows as the measured speedup shrinks (0.64 points at a loaded run's 0.15x)
+        bound = 100 * 0.0005 * (1 / measured + model / measured ** 2) + 0.05
+        assert abs(error - 100 * (model / measured - 1)) <= bound + 1e-9
     pids = [int(p) for p in re.search(r"cpu: neighbour PIDs ([\d, ]+)", proc.stdout)
             .group(1).split(", ")]
     assert len(pids) == 2 and all(_gone(p) for p in pids)    # stopped by PID
