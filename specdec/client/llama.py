@@ -134,15 +134,108 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
+def _stop(proc: subprocess.Popen, group: bool = False) -> None:
+    """Stop a server by PID: SIGTERM, then SIGKILL if it has not ended in 10 s.
+
+    ``group``: the server leads a process group of its own (its children, e.g. vLLM's
+    engine core and worker, may outlive it), and the whole group is signalled, waiting
+    until every member is gone.
+    """
+    if not group:
+        if proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
         return
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(10)
+            deadline = time.monotonic() + 10          # the children may outlive the leader
+            while time.monotonic() < deadline:
+                os.killpg(proc.pid, 0)
+                time.sleep(0.2)
+        except ProcessLookupError:
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if proc.poll() is None:
         proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+
+
+@contextlib.contextmanager
+def local_server(command, *, name: str, env=None, log_dir=None, startup: float = 120.0,
+                 poll: float = 0.1, group: bool = False):
+    """Start a server on 127.0.0.1 on a free port, wait for its ``/health``, yield, stop it.
+
+    The one start-and-stop of every server the tools run (llama.cpp's by :func:`serve`,
+    vLLM's by :mod:`specdec.conformance.adapters.vllm_server`): a free port (retried up to
+    three times when the server reports the address taken), a log file per port, the
+    server tied to the caller (:func:`tie_to_parent`) and always stopped by PID
+    (:func:`_stop`), however the block ends.
+
+    Parameters
+    ----------
+    command : callable
+        ``command(port) -> list of str``: the program (absolute path) and its arguments.
+    name : str
+        The server's name, in file names and messages.
+    env : dict, optional
+        Its environment (default this process's).
+    log_dir : path, optional
+        Where ``NAME-PORT.log`` goes (default a folder of the temporary directory).
+    startup, poll : float
+        Seconds to wait for ``/health``, and between two looks.
+    group : bool
+        Start it in a process group of its own and stop the whole group.
+
+    Yields
+    ------
+    tuple
+        ``(process, url, port, args, log)``.
+
+    Raises
+    ------
+    EngineError
+        The server exited, or did not answer ``/health`` within ``startup`` seconds (the
+        log's tail is in the message), or no port could be had.
+    """
+    logdir = Path(log_dir) if log_dir is not None else \
+        Path(tempfile.gettempdir()) / f"specdec-{name}"
+    logdir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):                      # a free port can be taken in between
+        port = free_port()
+        args = list(command(port))
+        logfile = logdir / f"{name}-{port}.log"
+        url = f"http://127.0.0.1:{port}"
+        with open(logfile, "w") as fh:
+            proc = subprocess.Popen(tie_to_parent(args), stdout=fh, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=group)
+        try:
+            deadline = time.monotonic() + startup
+            while time.monotonic() < deadline and proc.poll() is None and not _healthy(url):
+                time.sleep(poll)
+            if proc.poll() is not None:
+                tail = logfile.read_text(errors="replace")[-3000:]
+                if attempt < 2 and any(w in tail.lower() for w in ("bind", "address already "
+                                                                              "in use")):
+                    continue
+                raise EngineError(f"{name} exited with status {proc.returncode} "
+                                  f"(log {logfile}):\n{tail}")
+            if not _healthy(url):
+                raise EngineError(f"{name} did not answer {url}/health within {startup:g} s "
+                                  f"(log {logfile}):\n"
+                                  f"{logfile.read_text(errors='replace')[-3000:]}")
+            yield proc, url, port, args, logfile
+            return
+        finally:
+            _stop(proc, group)
+    raise EngineError(f"{name}: no free port after 3 attempts")
 
 
 def _check_file(path, name: str) -> Path:
@@ -221,37 +314,11 @@ def serve(binary, model, draft_model=None, gamma: int = 3, *, parallel: int = 1,
         if draft_model is not None:
             args += ["-ctkd", "f32", "-ctvd", "f32"]
     args += list(extra)
-    logdir = Path(log_dir) if log_dir is not None else \
-        Path(tempfile.gettempdir()) / "specdec-llama-server"
-    logdir.mkdir(parents=True, exist_ok=True)
-    for attempt in range(3):                      # a free port can be taken in between
-        port = free_port()
-        full = args + ["--port", str(port)]
-        logfile = logdir / f"llama-server-{port}.log"
-        fh = open(logfile, "w")
-        proc = subprocess.Popen(tie_to_parent(full), stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=library_env(binary.parent))
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + startup
-            while time.monotonic() < deadline and proc.poll() is None and not _healthy(url):
-                time.sleep(0.1)
-            if proc.poll() is not None:
-                tail = logfile.read_text(errors="replace")[-2000:]
-                if "bind" in tail.lower() and attempt < 2:
-                    continue
-                raise EngineError(f"llama-server exited with status {proc.returncode} "
-                                  f"(log {logfile}):\n{tail}")
-            if not _healthy(url):
-                raise EngineError(f"llama-server did not answer {url}/health within "
-                                  f"{startup:g} s (log {logfile})")
-            yield Server(url, proc.pid, port, tuple(full), logfile, draft,
-                         gamma if draft_model is not None else None, proc)
-            return
-        finally:
-            _stop(proc)
-            fh.close()
-    raise EngineError("llama-server: no free port after 3 attempts")
+    with local_server(lambda port: args + ["--port", str(port)], name="llama-server",
+                      env=library_env(binary.parent), log_dir=log_dir,
+                      startup=startup) as (proc, url, port, full, logfile):
+        yield Server(url, proc.pid, port, tuple(full), logfile, draft,
+                     gamma if draft_model is not None else None, proc)
 
 
 class _Stopped(BaseException):

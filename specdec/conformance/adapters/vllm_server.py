@@ -83,7 +83,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -613,36 +612,6 @@ def server_args(python, models: Path, setting: Setting, *, port: int, gamma: int
     return args
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (its id is the server's PID), SIGKILL after
-    15 s; the group holds the API server, the engine core and its worker."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(wait)
-            deadline = time.monotonic() + wait      # the children may outlive the leader
-            while time.monotonic() < deadline:
-                os.killpg(proc.pid, 0)
-                time.sleep(0.2)
-        except ProcessLookupError:
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    if proc.poll() is None:
-        proc.wait(10)
-
-
 @contextlib.contextmanager
 def serve(python, models: Path, setting: Setting, *, gamma: int = 3, top_logprobs: int = 20,
           context: int = 256, startup: float = 600.0, log_dir=None, seed: int = 0):
@@ -664,11 +633,12 @@ def serve(python, models: Path, setting: Setting, *, gamma: int = 3, top_logprob
 
     Raises
     ------
-    RuntimeError
-        The server exited, or did not answer ``/health`` within ``startup`` seconds
-        (the log's tail is in the message).
+    specdec.client.llama.EngineError
+        (a RuntimeError) The server exited, or did not answer ``/health`` within
+        ``startup`` seconds (the log's tail is in the message): the start and stop are
+        :func:`specdec.client.llama.local_server`'s, with the process group stopped.
     """
-    from specdec.client.llama import free_port, tie_to_parent
+    from specdec.client.llama import local_server
 
     logdir = Path(log_dir) if log_dir is not None else \
         Path(tempfile.gettempdir()) / "specdec-vllm-server"
@@ -681,38 +651,15 @@ def serve(python, models: Path, setting: Setting, *, gamma: int = 3, top_logprob
                SPECDEC_WATCH_PID=str(os.getpid()), VLLM_CPU_KVCACHE_SPACE="1",
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    t0 = time.perf_counter()
     try:
-        for attempt in range(3):                    # a free port can be taken in between
-            port = free_port()
-            args = server_args(python, models, setting, port=port, gamma=gamma,
-                               top_logprobs=top_logprobs, context=context, seed=seed)
-            logfile = logdir / f"vllm-server-{port}.log"
-            url = f"http://127.0.0.1:{port}"
-            t0 = time.perf_counter()
-            with open(logfile, "w") as fh:
-                proc = subprocess.Popen(tie_to_parent(args), stdout=fh, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env,
-                                        start_new_session=True)
-            try:
-                deadline = time.monotonic() + startup
-                while time.monotonic() < deadline and proc.poll() is None and not _healthy(url):
-                    time.sleep(0.5)
-                if proc.poll() is not None:
-                    tail = logfile.read_text(errors="replace")[-3000:]
-                    if "address already in use" in tail.lower() and attempt < 2:
-                        continue
-                    raise RuntimeError(f"vllm_server: the server exited with status "
-                                       f"{proc.returncode} (log {logfile}):\n{tail}")
-                if not _healthy(url):
-                    raise RuntimeError(f"vllm_server: no answer from {url}/health within "
-                                       f"{startup:g} s (log {logfile}):\n"
-                                       f"{logfile.read_text(errors='replace')[-3000:]}")
-                yield url, {"pid": proc.pid, "port": port, "args": args[1:], "log": str(logfile),
-                            "startup_seconds": round(time.perf_counter() - t0, 1)}
-                return
-            finally:
-                _stop(proc)
-        raise RuntimeError("vllm_server: no free port after 3 attempts")
+        with local_server(lambda port: server_args(python, models, setting, port=port,
+                                                   gamma=gamma, top_logprobs=top_logprobs,
+                                                   context=context, seed=seed),
+                          name="vllm-server", env=env, log_dir=logdir, startup=startup,
+                          poll=0.5, group=True) as (proc, url, port, args, logfile):
+            yield url, {"pid": proc.pid, "port": port, "args": args[1:], "log": str(logfile),
+                        "startup_seconds": round(time.perf_counter() - t0, 1)}
     finally:
         shutil.rmtree(site, ignore_errors=True)
 
