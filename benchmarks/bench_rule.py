@@ -39,18 +39,22 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec import decode as dec
-from specdec import nn
-from specdec.measure import limit_blas_threads
-from specdec.stats import ratio_interval
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))                 # the book's machinery, as cost_model_load.py
+
+from specdec import decode as dec  # noqa: E402
+from specdec import nn  # noqa: E402
+from specdec.measure import limit_blas_threads  # noqa: E402
+from specdec.stats import ratio_interval  # noqa: E402
+from specbook.instruments import interleave_languages  # noqa: E402
 
 
 def stream(prompts_per_language: int) -> list[tuple[str, str]]:
-    """The mixed-language stream: (language, prompt), languages taking turns."""
+    """The mixed-language stream of chapter 8: (language, prompt), languages taking turns
+    (:func:`specbook.instruments.interleave_languages` on the held-out prompts)."""
     held = nn.load_heldout()
-    per = {lang: held[lang]["prompts"][:prompts_per_language] for lang in nn.LANGUAGES}
-    return [(lang, per[lang][k]) for k in range(prompts_per_language) for lang in nn.LANGUAGES
-            if k < len(per[lang])]
+    return interleave_languages({lang: held[lang]["prompts"][:prompts_per_language]
+                                 for lang in nn.LANGUAGES})
 
 
 def run(target: str = "target_large", draft: str = "draft", *, gamma: int = 4,

@@ -142,3 +142,12 @@ def test_bench_rule_small_real_run_pairs_every_prompt():
     assert s["prompts"] == 4 and s["low"] <= s["speedup"] <= s["high"]
     assert 0 <= out["acceptance"] <= 1 and 1 <= out["tokens_per_pass"] <= 3   # E <= gamma + 1
     assert set(out["seconds"]) == {"plain", "spec"}
+
+
+def test_bench_rule_runs_as_make_bench_runs_it():
+    """As a script from another folder (make bench runs it so): a bad argument exits 2."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_rule.py"),
+                           "--gamma", "0"], capture_output=True, text=True, cwd="/",
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 2, done.stderr
+    assert "gamma: must be an integer >= 1 (got 0)" in done.stderr

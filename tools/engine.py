@@ -81,7 +81,6 @@ GGUF_FORMAT = "specdec-gpt2-bytes-1"     # bump when the conversion changes
 EngineError = llama.EngineError
 Server = llama.Server
 tie_to_parent = llama.tie_to_parent
-free_port = llama.free_port
 
 
 def cache_root() -> Path:
