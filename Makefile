@@ -21,8 +21,8 @@ book: params $(STAMP)
 
 # Re-execute one chapter alone, e.g. `make chapter NAME=04-experiment SEED=7`: writes
 # _build/chapter/NAME-seedSEED-trialsTRIALS.ipynb and leaves the book as it is (each
-# chapter's page says how long it took in the book's build). Chapters 1-7 and appendices
-# A, B, D and E need nothing beyond the project's install; 8 and C build llama.cpp first.
+# chapter's page says how long it took in the book's build). Chapters 1-8 and appendices
+# A, B, D and E need nothing beyond the project's install; C and F build llama.cpp first.
 chapter: params $(STAMP)
 	@test -n "$(NAME)" || { echo "error: NAME must name a chapter, e.g. make chapter NAME=04-experiment SEED=7"; exit 2; }
 	@$(PY) tools/build.py --chapter "$(NAME)" --seed "$$SEED" --trials "$$TRIALS"

@@ -1,6 +1,6 @@
-"""Chapter 8 at its defaults: the execution time of the whole notebook against its budget.
+"""Appendix F (the CPU measurements chapter 8 summarises) at its defaults: the execution time of the whole notebook against its budget.
 
-Executes ``notebooks/08-measurement.md`` once (jupytext, papermill, the same kernel and
+Executes ``notebooks/a6-cpu-measurements.md`` once (jupytext, papermill, the same kernel and
 parameters as the book's build; the engine is built first if needed, and its build is not
 counted), then prints the chapter's wall time, the time of each of its timed parts as the
 chapter glues them (:data:`SECTIONS`: the per-token checks, the book's decoder, the served
@@ -19,12 +19,12 @@ from _common import REPO, cores, engine_tool, execute_notebook, load_line, noteb
 
 BUDGET = 300.0
 #: The chapter's timed parts, as it glues their seconds, in the order they run.
-SECTIONS = {"ch8_book_seconds": "in-process per-token check",
-            "ch8_study_seconds": "in-process study",
-            "ch8_srv_seconds": "served study",
-            "ch8_pt_small_seconds": "small target's per-token check",
-            "ch8_pt_large_seconds": "large target's per-token check",
-            "ch8_big_seconds": "memory-bound run"}
+SECTIONS = {"cpu_book_seconds": "in-process per-token check",
+            "cpu_study_seconds": "in-process study",
+            "cpu_srv_seconds": "served study",
+            "cpu_pt_small_seconds": "small target's per-token check",
+            "cpu_pt_large_seconds": "large target's per-token check",
+            "cpu_big_seconds": "memory-bound run"}
 
 
 def main(argv=None) -> int:
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     for name in engine.models():
         engine.convert(name)
     out, seconds, load_before, load_after = execute_notebook(
-        REPO / "notebooks" / "08-measurement.md", seed=args.seed, trials=args.trials,
+        REPO / "notebooks" / "a6-cpu-measurements.md", seed=args.seed, trials=args.trials,
         out=args.out)
     glued = {}
     for cell in out.cells:
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             if name in SECTIONS:
                 text = next(v for k, v in o.get("data", {}).items() if k.endswith("text/plain"))
                 glued[name] = float(text)
-    print(f"chapter 8 executed in {seconds:.1f} s (budget {BUDGET:.0f} s on an idle "
+    print(f"Appendix F executed in {seconds:.1f} s (budget {BUDGET:.0f} s on an idle "
           f"{cores()}-core machine): {'within' if seconds <= BUDGET else 'OVER'} budget")
     print("  " + ", ".join(f"{label} {glued.get(name, float('nan')):.1f} s"
                            for name, label in SECTIONS.items()))

@@ -1,6 +1,6 @@
-"""Chapter 8 at several seeds: the cost model against the headline speedup, run by run.
+"""Appendix F (the CPU measurements chapter 8 summarises) at several seeds: the cost model against the headline speedup, run by run.
 
-Executes ``notebooks/08-measurement.md`` once per seed (the book's kernel and parameters,
+Executes ``notebooks/a6-cpu-measurements.md`` once per seed (the book's kernel and parameters,
 as ``bench_chapter8.py`` does), ``--parallel`` executions at a time (two on a 2-core
 machine put it at a load of about 2 to 4, the busy machine a reader's rebuild meets), and
 prints for each run: the headline speedup measured (the large target's mixed-language
@@ -35,9 +35,9 @@ from _common import REPO, engine_tool, execute_notebook
 sys.path.insert(0, str(REPO))
 from specbook.prose import signed_percent  # noqa: E402
 
-GLUED = ("ch8_big_headline", "ch8_big_predicted", "ch8_big_error", "ch8_big_window_errors",
-         "ch8_big_error_wall", "ch8_big_waiting", "ch8_big_seconds", "ch8_pt_large_seconds",
-         "ch8_pt_small_seconds")
+GLUED = ("cpu_big_headline", "cpu_big_predicted", "cpu_big_error", "cpu_big_window_errors",
+         "cpu_big_error_wall", "cpu_big_waiting", "cpu_big_seconds", "cpu_pt_large_seconds",
+         "cpu_pt_small_seconds")
 
 
 def glued_values(notebook) -> dict:
@@ -52,7 +52,7 @@ def glued_values(notebook) -> dict:
     return out
 
 
-CHAPTER = REPO / "notebooks" / "08-measurement.md"
+CHAPTER = REPO / "notebooks" / "a6-cpu-measurements.md"
 
 
 def chapter_scale_knobs() -> dict:
@@ -90,10 +90,10 @@ def scale_run(seed: int) -> dict:
                 and r["language"] == "mixed")
     wins = [w["error"] for w in st.metadata["windows"] if w["target"] == "target_large"]
     return {"seed": seed, "seconds": seconds, "load_before": before, "started": t0,
-            "load_after": os.getloadavg()[0], "ch8_big_headline": head["speedup"],
-            "ch8_big_predicted": head["predicted_speedup"], "ch8_big_error": head["error"],
-            "ch8_big_error_wall": head["error_wall"], "ch8_big_waiting": head["waiting"],
-            "ch8_big_window_errors": wins, "ch8_big_seconds": st.seconds,
+            "load_after": os.getloadavg()[0], "cpu_big_headline": head["speedup"],
+            "cpu_big_predicted": head["predicted_speedup"], "cpu_big_error": head["error"],
+            "cpu_big_error_wall": head["error_wall"], "cpu_big_waiting": head["waiting"],
+            "cpu_big_window_errors": wins, "cpu_big_seconds": st.seconds,
             "interval": [head["speedup_low"], head["speedup_high"]],
             "acceptance": head["acceptance"], "c": head["c"], "g": head["g"]}
 
@@ -102,8 +102,8 @@ def one_run(seed: int, trials: int, keep: Path) -> dict:
     """One execution at ``seed``; the executed notebook is kept in ``keep`` (a failed one
     too, with its traceback in the failing cell's output)."""
     t0 = time.time()
-    out = keep / f"08-measurement-seed{seed}.ipynb"
-    nb, seconds, before, after = execute_notebook(REPO / "notebooks" / "08-measurement.md",
+    out = keep / f"a6-cpu-measurements-seed{seed}.ipynb"
+    nb, seconds, before, after = execute_notebook(REPO / "notebooks" / "a6-cpu-measurements.md",
                                                   seed=seed, trials=trials, out=out)
     return {"seed": seed, "seconds": seconds, "load_before": before, "load_after": after,
             "started": t0, "notebook": str(out), **glued_values(nb)}
@@ -172,8 +172,8 @@ def main(argv=None) -> int:
             print(f"seed {run['seed']}: FAILED after {run['seconds']:.0f} s: {run['failed']}",
                   flush=True)
             return
-        print(f"seed {run['seed']}: measured {run['ch8_big_headline']:.2f}x, model "
-              f"{run['ch8_big_predicted']:.2f}x, error {run['ch8_big_error']:+.1%} "
+        print(f"seed {run['seed']}: measured {run['cpu_big_headline']:.2f}x, model "
+              f"{run['cpu_big_predicted']:.2f}x, error {run['cpu_big_error']:+.1%} "
               f"({run['seconds']:.0f} s)", flush=True)
 
     keep = args.json.parent / "seeds_chapter8"
@@ -198,14 +198,14 @@ def main(argv=None) -> int:
     print("|--:|--:|--:|--:|--:|:--|--:|:--|")
     within = 0
     for r in runs:
-        err = r["ch8_big_error"]
+        err = r["cpu_big_error"]
         within += abs(err) <= args.tolerance
-        reps = ", ".join(signed_percent(e) for e in r["ch8_big_window_errors"])
+        reps = ", ".join(signed_percent(e) for e in r["cpu_big_window_errors"])
         load = r.get("load")
         loads = ("-" if not load else
                  f"{load['min']:.1f}, {load['median']:.1f}, {load['max']:.1f}")
-        wall = r.get("ch8_big_error_wall")
-        print(f"| {r['seed']} | {r['ch8_big_headline']:.2f}× | {r['ch8_big_predicted']:.2f}× | "
+        wall = r.get("cpu_big_error_wall")
+        print(f"| {r['seed']} | {r['cpu_big_headline']:.2f}× | {r['cpu_big_predicted']:.2f}× | "
               f"{err:+.1%} | {'-' if wall is None else f'{wall:+.1%}'} | {reps} | "
               f"{r['seconds']:.0f} | {loads} |")
     for r in failed:

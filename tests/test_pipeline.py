@@ -408,7 +408,8 @@ def test_make_chapter_target_passes_name_and_parameters():
 
 
 def test_execute_alone_is_read_from_the_front_matter(tmp_path):
-    assert build.executes_alone(REPO / "notebooks" / "08-measurement.md")  # it times code
+    assert build.executes_alone(REPO / "notebooks" / "a6-cpu-measurements.md")  # it times code
+    assert not build.executes_alone(REPO / "notebooks" / "08-measurement.md")  # it simulates
     assert not build.executes_alone(REPO / "notebooks" / "04-experiment.md")
     src = tmp_path / "x.md"
     src.write_text("---\nspecdec:\n  execute: sometimes\n---\n# x\n")
@@ -431,7 +432,7 @@ def test_what_a_page_needs_is_read_from_the_front_matter(tmp_path):
     needing = {name: build.notebook_needs(src)
                for name, src in build.chapter_sources(build.Layout(REPO))}
     assert {n for n, needs in needing.items() if "llama.cpp" in needs} == \
-        {"08-measurement", "a3-kit-on-real-implementations"}
+        {"a6-cpu-measurements", "a3-kit-on-real-implementations"}
     assert needing["04-experiment"] == [] and needing["01-contract"] == []
     src = tmp_path / "x.md"
     src.write_text("---\nspecdec:\n  needs: [cuda]\n---\n# x\n")
@@ -597,8 +598,8 @@ def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
     assert (root / "_build" / "html" / "index.html").exists()
     assert (root / "_build" / "html" / "book" / "bibliography.html").exists()
 
-    assert statuses(first)["08-measurement"] == "executed"
-    quick = json.loads((root / "book" / "chapters" / "08-measurement.ipynb").read_text())
+    assert statuses(first)["a6-cpu-measurements"] == "executed"
+    quick = json.loads((root / "book" / "chapters" / "a6-cpu-measurements.ipynb").read_text())
     assert "per-token checks test 10% of the book's tokens and resolve a TV of 0.063" in \
         json.dumps(quick["cells"])
     kit = json.loads((root / "book" / "chapters" / "a3-kit-on-real-implementations.ipynb")

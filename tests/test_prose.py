@@ -153,22 +153,22 @@ def test_chapter_8_simulation_sentences(whole_book):
 
 
 @pytest.mark.slow
-def test_chapter_8_memory_bound_sentences(whole_book):
-    """The memory-bound section's sentences name the values glued beside them."""
+def test_appendix_f_memory_bound_sentences(whole_book):
+    """Appendix F's memory-bound section: its sentences name the values glued beside them."""
     assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
-    [nb] = sorted((whole_book.root / "book" / "chapters").glob("08-*.ipynb"))
+    [nb] = sorted((whole_book.root / "book" / "chapters").glob("a6-*.ipynb"))
     from conftest import glued_values
 
     g = glued_values(json.loads(nb.read_text()))
-    assert g["ch8_big_g_curve"].split("g = ")[1].split(" steps")[0].endswith(f"{g['ch8_big_g']:.2f}")
-    assert f"{g['ch8_big_conc_last']:.2f}× with {g['ch8_big_conc_n']} requests" in g["ch8_conclusion"]
-    fell = g["ch8_big_conc_last"] < g["ch8_big_conc_first"]
-    if "fall larger" in g["ch8_big_conc_change"]:
+    assert g["cpu_big_g_curve"].split("g = ")[1].split(" steps")[0].endswith(f"{g['cpu_big_g']:.2f}")
+    assert f"{g['cpu_big_conc_last']:.2f}× with {g['cpu_big_conc_n']} requests" in g["cpu_conclusion"]
+    fell = g["cpu_big_conc_last"] < g["cpu_big_conc_first"]
+    if "fall larger" in g["cpu_big_conc_change"]:
         assert fell
-    if "rise larger" in g["ch8_big_conc_change"]:
+    if "rise larger" in g["cpu_big_conc_change"]:
         assert not fell
-    assert ("above 1.5×" in g["ch8_big_verdict"]) != ("below 1.5×" in g["ch8_big_verdict"])
-    assert "interval over prompts" in g["ch8_big_verdict"]
+    assert ("above 1.5×" in g["cpu_big_verdict"]) != ("below 1.5×" in g["cpu_big_verdict"])
+    assert "interval over prompts" in g["cpu_big_verdict"]
 
 
 @pytest.mark.slow

@@ -1206,3 +1206,19 @@ def test_execution_statistics_say_where_the_time_goes(tmp_path):
     where = page.split("## Where the time goes")[1].split("## Environment")[0]
     assert "  - The run and code\n  - 97.0\n  - 95%" in where and "Tiny" not in where
     assert where.index("The run") < where.index("Title")
+
+
+def test_glue_from_other_pages_names_keys_those_pages_glue():
+    """A page that shows another page's result (chapter 8's results at a glance, from
+    Appendix F) pastes it with ``{glue:text}`NAME.ipynb::key```: every such key must be glued
+    by the named notebook's source, or the rendered page silently drops the sentence."""
+    pasted = re.compile(r"\{glue(?::\w+)?\}`([\w-]+)\.ipynb::(\w+)(?::[^`]*)?`")
+    found = 0
+    for source in sorted((REPO / "notebooks").glob("*.md")):
+        for doc, key in pasted.findall(source.read_text(encoding="utf-8")):
+            other = REPO / "notebooks" / f"{doc}.md"
+            assert other.exists(), f"{source.name}: no notebook {doc}"
+            assert re.search(rf'glue\(\s*[f]?"{key}"', other.read_text(encoding="utf-8")), \
+                f"{source.name}: {doc} glues no {key!r}"
+            found += 1
+    assert found >= 10   # chapter 8's glance and conclusion
