@@ -4,8 +4,11 @@ It listens on 127.0.0.1 on a free port (a thread of this process) and answers
 ``/v1/completions`` and ``/v1/chat/completions`` with a script: events sent after known
 delays, with the text, the cumulative token counts, a final ``usage`` and llama.cpp-style
 ``timings`` the test chose. Modes reproduce the failures the client must name: an HTTP
-error, a non-streaming JSON answer, a malformed event, a stream without token counts.
-``/tokenize`` counts UTF-8 bytes, like the book's byte-level models.
+error, a non-streaming JSON answer, a malformed event, a stream without token counts;
+``chunks`` sends a stream's raw bytes cut where the test chose (inside a UTF-8 character,
+between the CR and the LF of a line ending, in a byte-order mark), each write flushed
+after its delay with Nagle's algorithm off. ``/tokenize`` counts UTF-8 bytes, like the
+book's byte-level models.
 
 For the per-token exactness checks it also answers non-streamed requests with
 log-probabilities: a scripted law over a small vocabulary (a Markov chain: the law of a
@@ -19,6 +22,7 @@ temperature (or at a temperature of its own, a server whose setting differs).
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +52,9 @@ class Script:
     model: object = None                               # specdec.nn.Transformer: /completion
     temperature: float | None = None                   # /completion's own, else the request's
     newline: str = "\n"                                # SSE line ending: LF, CR LF or CR
+    # the raw body of a streamed answer, sent as it is instead of the scripted events:
+    # (delay, bytes) pairs, each written and flushed after its delay
+    chunks: tuple | None = None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -100,6 +107,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        if script.chunks is not None:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.wfile.flush()
+            for delay, chunk in script.chunks:
+                time.sleep(delay)
+                self.wfile.write(chunk)
+                self.wfile.flush()
+            return
         done = 0
         for delay, text, k in zip(script.delays, script.texts, script.tokens):
             time.sleep(delay)

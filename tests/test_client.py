@@ -92,9 +92,74 @@ def test_arrival_times():
             cl.arrival_times(**kwargs)
 
 
-def test_sse_parsing():
-    lines = ["data: a", "data: b", "", "event: x", "id: 3", "", ": comment", "data:c", ""]
-    assert list(cl.sse_data(lines)) == ["a\nb", "c"]
+# ------------------------------------------------ server-sent events (httpx-sse + _EventText)
+def _stream(texts, newline="\n", bom=False, pings=(), usage=True, done=True):
+    """A completions stream as raw UTF-8 bytes, with the event each byte range ends.
+
+    Text event k carries ``texts[k]`` and the cumulative count k + 1 on two ``data:`` lines
+    (joined by a newline into one JSON object), raw UTF-8 as llama.cpp writes it; a comment
+    follows event k for k in ``pings``; then the usage event and ``[DONE]``. Returns the
+    bytes and, per event, the offset of the first byte of the line ending that ends it (the
+    client can see that event once this byte has arrived)."""
+    datas = [json.dumps({"choices": [{"text": t, "index": 0, "finish_reason": None}],
+                         "timings": {"predicted_n": k + 1}}, ensure_ascii=False)
+             for k, t in enumerate(texts)]
+    if usage:
+        datas.append(json.dumps({"choices": [], "usage": {"completion_tokens": len(texts),
+                                                          "prompt_tokens": 1}}))
+    if done:
+        datas.append("[DONE]")
+    out, ends = "\ufeff".encode() if bom else b"", []
+    for k, d in enumerate(datas):
+        lines = [d] if d == "[DONE]" else [d[:-1], " }"]      # two data lines, one object
+        out += "".join(f"data: {x}{newline}" for x in lines).encode()
+        ends.append(len(out))
+        out += newline.encode()
+        if k in pings:
+            out += f": ping{newline}{newline}".encode()
+    return out, ends
+
+
+def _cut(stream: bytes, cuts) -> list[bytes]:
+    cuts = sorted(cuts)
+    return [stream[a:b] for a, b in zip([0] + cuts, cuts + [len(stream)])]
+
+
+def _over_transport(chunks, api="completions"):
+    """stream_request over an in-process transport that delivers exactly ``chunks``; its
+    clock reads the index of the chunk being delivered, so each stamp says which chunk the
+    client had read when it saw the event."""
+    import asyncio
+
+    import httpx
+
+    now = {"chunk": -1}
+
+    async def body():
+        for i, c in enumerate(chunks):
+            now["chunk"] = i
+            yield c
+
+    def handler(request):
+        return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                              content=body())
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await cl.stream_request(client, cl.Endpoint("http://127.0.0.1:9", api=api),
+                                           cl.RequestSpec("sse", "x", 8),
+                                           clock=lambda: now["chunk"])
+    return asyncio.run(go())
+
+
+def _chunk_of(chunks, offset):
+    """The index of the chunk that holds byte ``offset``."""
+    start = 0
+    for i, c in enumerate(chunks):
+        if start <= offset < start + len(c):
+            return i
+        start += len(c)
+    raise AssertionError(offset)
 
 
 # every character a JSON encoder may leave raw in a string, the Unicode line breaks first
@@ -106,31 +171,149 @@ TEXTS = st.lists(st.text(alphabet=st.sampled_from(list("ab\u00e9\u4e2d\U0001f600
 
 @settings(max_examples=300, deadline=None)
 @given(texts=TEXTS, newline=st.sampled_from(["\n", "\r\n", "\r"]), bom=st.booleans(),
-       data=st.data())
-def test_sse_lines_break_only_where_the_sse_specification_does(texts, newline, bom, data):
-    """Events of raw UTF-8 JSON, each on two ``data:`` lines, cut into chunks anywhere
-    (inside a character, between the CR and LF of a line ending, empty chunks), after an
-    optional byte-order mark, come back whole: only CR LF, LF and CR end a line, and the
-    two lines of an event join into one payload."""
-    def event(t):
-        body = json.dumps({"text": t}, ensure_ascii=False)
-        return f"data: {body[:-1]}{newline}data: , \"k\": 1}}{newline}{newline}"
+       pings=st.sets(st.integers(0, 6)), data=st.data())
+def test_any_split_of_a_stream_gives_the_same_events_each_stamped_as_it_arrives(
+        texts, newline, bom, pings, data):
+    """Any cut of a valid stream into chunks (inside a UTF-8 character or the byte-order
+    mark, between the CR and the LF of a line ending, empty chunks) gives the same events,
+    one time stamp per text event, and each stamp is the chunk in which the event's final
+    line ending began: only CR LF, LF and CR end a line (NEL, U+2028, U+2029 and the other
+    characters ``str.splitlines`` breaks at stay inside their JSON), the two data lines of
+    an event join into one object, and no event waits for the next chunk (a CR that ends
+    a chunk ends its line at once)."""
+    stream, ends = _stream(texts, newline, bom, pings)
+    chunks = _cut(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=14)))
+    r = _over_transport(chunks)
+    n = len(texts)
+    assert r.chunk_texts == tuple(texts) and len(r.chunk_times) == n
+    assert r.completion_tokens == n and r.chunk_tokens == tuple(range(1, n + 1))
+    assert r.chunk_times == tuple(_chunk_of(chunks, e) for e in ends[:n])
+    assert r.end == _chunk_of(chunks, ends[-1])                      # [DONE]
 
-    stream = ("\ufeff" if bom else "").encode() + "".join(map(event, texts)).encode()
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
-    splitter, lines = cl.SSELines(), []
-    for a, b in zip([0] + cuts, cuts + [len(stream)]):
-        lines += splitter.feed(stream[a:b])
-    lines += splitter.flush()
-    assert [json.loads(d)["text"] for d in cl.sse_data(lines)] == texts
+
+def _awkward(stream, *markers, after=0):
+    """Cut points just inside each occurrence of each marker (after its first ``after``+1
+    bytes), e.g. inside every U+2028 or between every CR and LF."""
+    cuts = set()
+    for m in markers:
+        k = stream.find(m)
+        while k >= 0:
+            cuts.update(range(k + 1, k + len(m)) if after < 0 else {k + 1 + after})
+            k = stream.find(m, k + 1)
+    return sorted(c for c in cuts if 0 < c < len(stream))
 
 
-def test_sse_lines_keep_a_pending_cr_across_an_empty_chunk():
-    splitter = cl.SSELines()
-    got = splitter.feed(b"data: a\r") + splitter.feed(b"") + splitter.feed(b"\ndata: b\r\n\r\n")
-    assert got == ["data: a", "data: b", ""] and list(cl.sse_data(got)) == ["a\nb"]
-    # an event that no blank line ends is discarded; a trailing comment is no event
-    assert list(cl.sse_data(["data: x", "", "data: y"])) == ["x"]
+LS, NEL, EMOJI = "\u2028".encode(), "\u0085".encode(), "\U0001f600".encode()
+AWKWARD = {
+    # name: (texts, newline, bom, where to cut)
+    "U+2028 and NEL cut inside their bytes": (("a\u2028b", "\u0085", "c\u2029"), "\n", False,
+                                              lambda s: _awkward(s, LS, NEL, after=-1)),
+    "a 4-byte character cut after each byte": (("\U0001f600", "x\U0001f600y"), "\n", False,
+                                               lambda s: _awkward(s, EMOJI, after=-1)),
+    "CR LF cut between CR and LF": (("a", "b\u2028", "c"), "\r\n", False,
+                                    lambda s: _awkward(s, b"\r\n")),
+    "CR endings, each ending a chunk": (("a", "\u0085b", "c"), "\r", False,
+                                        lambda s: _awkward(s, b"\r")),
+    "byte-order mark cut twice": (("a", "b"), "\n", True, lambda s: [1, 2]),
+}
+
+
+@pytest.mark.parametrize("case", list(AWKWARD))
+def test_scripted_server_awkward_chunk_boundaries(case):
+    """A real HTTP server writes the stream in chunks cut at the awkward places (each
+    write flushed after 5 ms, Nagle off); the record holds exactly the scripted events."""
+    texts, newline, bom, where = AWKWARD[case]
+    stream, _ = _stream(texts, newline, bom)
+    chunks = _cut(stream, where(stream))
+    assert len(chunks) > len(texts)
+    with ScriptedServer(Script(chunks=tuple((0.005, c) for c in chunks))) as url:
+        run = cl.closed_loop(cl.Endpoint(url), [cl.RequestSpec("cut", "x", 8)], 1)
+    (r,) = run.records
+    n = len(texts)
+    assert r.chunk_texts == texts and len(r.chunk_times) == n
+    assert r.completion_tokens == n and r.chunk_tokens == tuple(range(1, n + 1))
+    assert r.start <= r.chunk_times[0] and list(r.chunk_times) == sorted(r.chunk_times)
+    assert r.chunk_times[-1] <= r.end
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_an_event_is_stamped_when_its_line_ending_arrives(newline):
+    """The chunk carrying the first event ends with the first character of its final line
+    ending (the CR alone for CR LF and CR); the rest comes 0.5 s later. The first event is
+    stamped on arrival, not when the next chunk comes (httpx-sse alone would hold the CR)."""
+    stream, ends = _stream(("a", "b"), newline)
+    chunks = _cut(stream, [ends[0] + 1])
+    with ScriptedServer(Script(chunks=((0.0, chunks[0]), (0.5, chunks[1])))) as url:
+        (r,) = cl.closed_loop(cl.Endpoint(url), [cl.RequestSpec("cr", "x", 8)], 1).records
+    assert r.chunk_texts == ("a", "b") and r.itls[0] >= 0.4
+
+
+def _raw(body: bytes, api="completions"):
+    """One request to a scripted server that sends ``body`` in one write, then closes."""
+    with ScriptedServer(Script(chunks=((0.0, body),))) as url:
+        return cl.closed_loop(cl.Endpoint(url, api=api), [cl.RequestSpec("raw", "x", 8)],
+                              1).records[0]
+
+
+def test_comments_fields_and_an_unterminated_done_are_no_events():
+    """Comments, ``id``/``retry``/``event`` lines without data, unknown fields and a
+    ``[DONE]`` that the stream ends without its blank line change nothing."""
+    stream, _ = _stream(("a", "b"), done=False)
+    cut = stream.index(b"\n") + 1                 # between the two data lines of event 0
+    body = (b": hello\n\nretry: 100\n\nevent: ping\n\n" + stream[:cut] + b"foo: 1\n"
+            + stream[cut:] + b"data: [DONE]")
+    r = _raw(body)
+    assert r.chunk_texts == ("a", "b") and r.completion_tokens == 2
+    assert r.chunk_tokens == (1, 2)
+
+
+@pytest.mark.parametrize("tail, match", [
+    (b"data: {\"choices\": [], \"usage\": {\"completion_", "ended inside an event"),
+    (b"data: {\"choices\": [], \"usage\": {\"completion_tokens\": 2}}\n",
+     "ended inside an event"),
+    (b"data: {\"choices\": [], \"usage\": {\"completion_tokens\": 2}}\r",
+     "ended inside an event"),
+    (b"", "no token count")])
+def test_a_stream_cut_short_is_named(tail, match):
+    """httpx-sse drops an event no blank line ended without a word: the client names a
+    stream that ends inside one (unterminated data, even a whole line), and a stream that
+    ends without its final chunk (no usage, no per-chunk counts) has no token count."""
+    events = b"".join(b'data: {"choices": [{"text": "%s", "index": 0}]}\n\n' % t
+                      for t in (b"a", b"b"))
+    with ScriptedServer(Script(chunks=((0.0, events), (0.01, tail)))) as url:
+        with pytest.raises(cl.ClientError, match=rf"request 'cut' to {url}.*{match}"):
+            cl.closed_loop(cl.Endpoint(url), [cl.RequestSpec("cut", "x")], 1)
+
+
+@pytest.mark.parametrize("body", [
+    b'data: {"error": {"message": "out of memory", "code": 500}}\n\n',
+    b'event: error\ndata: {"message": "out of memory"}\n\n'])
+def test_error_events_are_named(body):
+    ok = b'data: {"choices": [{"text": "a", "index": 0}]}\n\n'
+    with ScriptedServer(Script(chunks=((0.0, ok + body),))) as url:
+        with pytest.raises(cl.ClientError,
+                           match=rf"request 'e' to {url}.*server error event.*out of memory"):
+            cl.closed_loop(cl.Endpoint(url), [cl.RequestSpec("e", "x")], 1)
+
+
+def test_a_stream_is_utf8_whatever_charset_it_declares():
+    """The specification decodes every event stream as UTF-8; httpx would follow the
+    header (``charset=latin-1``: 'é' as 'Ã©')."""
+    import asyncio
+
+    import httpx
+
+    stream, _ = _stream(("é", "中"))
+
+    def handler(request):
+        return httpx.Response(200, content=stream, headers={
+            "content-type": "text/event-stream; charset=latin-1"})
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await cl.stream_request(client, cl.Endpoint("http://127.0.0.1:9"),
+                                           cl.RequestSpec("l1", "x"))
+    assert asyncio.run(go()).chunk_texts == ("é", "中")
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])

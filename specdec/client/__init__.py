@@ -81,12 +81,12 @@ Used in Chapter 8.
 
 from specdec.client.load import (Run, RunFailed, acceptance, arrival_times, closed_loop, failure_record,
                    goodput, open_loop, paired, prompt_lengths, summarize_run, tokenize)
-from specdec.client.stream import (ClientError, Endpoint, RequestRecord, RequestSpec, SSELines, plain_sampling,
-                     sse_data, stream_request)
+from specdec.client.stream import (ClientError, Endpoint, RequestRecord, RequestSpec, plain_sampling,
+                     stream_request)
 
 SCHEMA = "specdec.client/1"
 
-__all__ = ["SCHEMA", "ClientError", "Endpoint", "RequestSpec", "RequestRecord", "SSELines", "sse_data",
+__all__ = ["SCHEMA", "ClientError", "Endpoint", "RequestSpec", "RequestRecord",
            "plain_sampling", "stream_request", "arrival_times", "Run", "RunFailed",
            "failure_record", "closed_loop",
            "open_loop", "goodput", "summarize_run", "acceptance", "tokenize",

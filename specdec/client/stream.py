@@ -1,8 +1,9 @@
 """One streamed request to an OpenAI-compatible server, timed chunk by chunk.
 
 :func:`stream_request` posts a request to ``/v1/completions`` or ``/v1/chat/completions``
-with ``"stream": true``, reads the server-sent events (SSE) as they arrive and stamps each
-one with the client's clock; :class:`RequestRecord` keeps the stamps, the text of every
+with ``"stream": true``, reads the server-sent events (SSE) as they arrive (parsed by
+httpx-sse, see :class:`_EventText` for what is added to it) and stamps each one with the
+client's clock; :class:`RequestRecord` keeps the stamps, the text of every
 chunk, the ``usage`` and the engine's own ``timings`` (llama.cpp), and computes the
 latencies users feel from them:
 
@@ -18,25 +19,28 @@ latencies users feel from them:
 
 Tokens are counted from ``usage.completion_tokens`` (or llama.cpp's
 ``timings.predicted_n``), never from chunks. Everything that can go wrong (a bad URL, a
-refused connection, an HTTP error, a non-streaming answer, a malformed event, a stream
-without usage) raises :class:`ClientError` naming the request. Used in Chapter 8.
+refused connection, an HTTP error, a non-streaming answer, a malformed event, an error
+event, a stream that ends inside an event, a stream without usage) raises
+:class:`ClientError` naming the request. Used in Chapter 8.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import httpx
+import httpx_sse
 
-__all__ = ["ClientError", "Endpoint", "RequestSpec", "RequestRecord", "SSELines", "sse_data",
-           "plain_sampling", "stream_request", "run_async", "post_all"]
+__all__ = ["ClientError", "Endpoint", "RequestSpec", "RequestRecord", "plain_sampling",
+           "stream_request", "run_async", "post_all"]
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -302,85 +306,51 @@ class RequestRecord:
                    finish_reason=d.get("finish_reason", ""), language=d.get("language", ""))
 
 
-class SSELines:
-    r"""Lines of a server-sent event stream from its bytes as they arrive.
+class _EventText:
+    r"""The response as :class:`httpx_sse.EventSource` reads it, with what httpx-sse lacks.
 
-    The SSE specification (WHATWG HTML, "Server-sent events", parsing an event stream)
-    decodes the stream as UTF-8 and ends a line only at CR LF, LF or CR. Python's
-    ``str.splitlines``, which ``httpx``'s ``aiter_lines`` follows, also breaks at U+0085,
-    U+2028, U+2029 and the controls 0x0B, 0x0C and 0x1C-0x1E; a JSON encoder need not
-    escape the first three, and llama.cpp's does not, so a generated NEL or line separator
-    would cut an event in two ("malformed event"). This splitter breaks at the three
-    endings only, keeps a CR that ends a chunk until it sees whether an LF follows, and
-    decodes a UTF-8 character split between chunks whole (and drops one leading
-    byte-order mark).
+    The server-sent events are split and parsed by httpx-sse (``EventSource(...).aiter_sse()``):
+    its line decoder ends a line only at CR LF, LF or CR, as the SSE specification
+    (WHATWG HTML, "Server-sent events") says, so a NEL, U+2028 or U+2029 that a JSON encoder
+    left raw (llama.cpp's does) stays inside its event, where ``httpx``'s ``aiter_lines``
+    (``str.splitlines``) would cut it ("malformed event"). ``EventSource`` reads two things
+    of the response it wraps, ``headers`` and ``aiter_text()``; this object gives it both,
+    with three changes for what httpx-sse 0.4.3 does not do (each checked by
+    ``tests/test_client.py``):
 
-    Examples
-    --------
-    >>> s = SSELines()
-    >>> s.feed(b'data: {"text": "a\xe2\x80')
-    []
-    >>> s.feed(b'\xa8b"}\r')
-    ['data: {"text": "a\u2028b"}']
-    >>> s.feed(b'\n\rdata: x') + s.flush()
-    ['', 'data: x']
+    1. **UTF-8, one leading byte-order mark dropped.** ``aiter_text`` decodes with the
+       charset the header declares and keeps a leading BOM: U+FEFF then starts the first
+       field name (``"\ufeffdata"``), a field httpx-sse ignores, so the first event would
+       vanish without an error. The specification decodes the stream as UTF-8 and drops one
+       leading BOM: the response's ``encoding`` is set to ``utf-8-sig`` (httpx's incremental
+       decoder also keeps a character split between chunks whole, invalid bytes replaced).
+    2. **A CR that ends a chunk ends its line at once.** httpx-sse's line decoder holds such
+       a CR until the next chunk arrives, to see whether an LF follows; on a stream whose
+       lines end with CR every event would then be stamped when the next one arrives. Here
+       the CR is completed to CR LF at once, and an LF that starts the next chunk (the second
+       half of a CR LF) is dropped.
+    3. **The end of the stream is marked.** httpx-sse silently drops an event that no blank
+       line ended (a stream cut inside an event looks complete). After the server's last
+       byte this yields one blank line and sets :attr:`ended`: an event that only this blank
+       line completes is one the stream ended inside.
     """
 
-    def __init__(self) -> None:
-        import codecs
-        # UTF-8, one leading byte-order mark ignored, as the specification says
-        self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
-        self._tail = ""                   # text after the last line ending
-        self._cr = False                  # the last chunk ended with a CR
+    def __init__(self, response: httpx.Response) -> None:
+        response.encoding = "utf-8-sig"   # (1); allowed until the text is first read
+        self._response = response
+        self.headers = response.headers
+        self.ended = False
 
-    def feed(self, chunk: bytes) -> list[str]:
-        """The lines that ``chunk`` completes (without their endings)."""
-        text = self._decoder.decode(bytes(chunk))
-        if not text:                      # nothing decoded yet: a pending CR stays pending
-            return []
-        if self._cr and text.startswith("\n"):
-            text = text[1:]               # the LF of a CR LF split between chunks
-        self._cr = False
-        if not text:
-            return []
-        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        self._cr = text.endswith("\r")
-        parts[0] = self._tail + parts[0]
-        self._tail = parts.pop()
-        return parts
-
-    def flush(self) -> list[str]:
-        """The unterminated last line, if any (the stream ended)."""
-        tail = self._tail + self._decoder.decode(b"", final=True)
-        self._tail = ""
-        return [tail] if tail else []
-
-
-def sse_data(lines: Iterable[str]) -> Iterator[str]:
-    """The ``data`` payload of every server-sent event in ``lines`` (one event per blank-
-    line-separated block; several ``data:`` lines of one event are joined by newlines;
-    comments and other fields are skipped; an event that no blank line ends is
-    discarded), as the SSE specification defines them.
-
-    Examples
-    --------
-    >>> list(sse_data(["data: {\\"a\\": 1}", "", ": ping", "", "data: [DONE]", ""]))
-    ['{"a": 1}', '[DONE]']
-    """
-    buf: list[str] = []
-    for line in lines:
-        line = line.rstrip("\r\n")
-        if not line:
-            if buf:
-                yield "\n".join(buf)
-                buf = []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if name == "data":
-            buf.append(value[1:] if value.startswith(" ") else value)
-    # an event not ended by a blank line is discarded, as the specification says
+    async def aiter_text(self):
+        cr = False                        # the last text ended with a CR, completed to CR LF
+        async for text in self._response.aiter_text():
+            if cr and text.startswith("\n"):
+                text = text[1:]           # (2) the LF of that CR LF
+            cr = text.endswith("\r")
+            if text:                      # (httpx yields no empty text; a lone LF may be left)
+                yield text + "\n" if cr else text
+        self.ended = True
+        yield "\n\n"                      # (3)
 
 
 def _event(data: str, where: str) -> dict | None:
@@ -439,7 +409,9 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
         Naming ``spec.id`` and the URL: refused or failed connection, timeout, HTTP
         status other than 200, a response that is not ``text/event-stream`` (a
         non-streaming answer), an event that is not JSON or has no ``choices``, an error
-        event, or a stream without a token count (no ``usage`` nor ``timings``).
+        event (``{"error": ...}`` or ``event: error``), a stream that ends inside an event
+        (data no blank line ended, other than ``[DONE]``), or a stream without a token
+        count (no ``usage`` nor ``timings``: the final chunk never came).
     """
     url = endpoint.url + endpoint.path
     where = f"request {spec.id!r} to {url}"
@@ -463,38 +435,37 @@ async def stream_request(client: httpx.AsyncClient, endpoint: Endpoint, spec: Re
                 raise ClientError(f"{where}: not a streaming answer (content-type "
                                   f"{kind or 'missing'!r}; body starts {detail!r}); does the "
                                   f"server support \"stream\": true?")
-            buf: list[str] = []
-            splitter = SSELines()
-            async for chunk in resp.aiter_bytes():
-                for line in splitter.feed(chunk):
-                    if line:                  # only an empty line ends an event
-                        buf.append(line)
+            text_source = _EventText(resp)
+            async with contextlib.aclosing(
+                    httpx_sse.EventSource(text_source).aiter_sse()) as events:
+                async for sse in events:
+                    now = clock()
+                    if not sse.data:          # no data (only event, id or retry fields)
                         continue
-                    for data in sse_data(buf + [""]):
-                        end = clock()
-                        event = _event(data, where)
-                        if event is None:
-                            continue
-                        if event.get("usage"):
-                            usage = event["usage"]
-                        if event.get("timings"):
-                            timings = event["timings"]
-                        finish = _finish(event) or finish
-                        text = _chunk_text(event, endpoint.api)
-                        if text:
-                            times.append(end)
-                            texts.append(text)
-                            count = (event.get("usage") or {}).get("completion_tokens")
-                            if count is None:
-                                count = (event.get("timings") or {}).get("predicted_n")
-                            cumulative.append(-1 if count is None else int(count))
-                    buf = []
-            buf += splitter.flush()
-            # a truncated event (data a blank line never ended), not a comment or [DONE]
-            pending = [d for d in sse_data(buf + [""]) if d.strip() != "[DONE]"]
-            if pending:
-                raise ClientError(f"{where}: the stream ended inside an event: "
-                                  f"{pending[-1][:120]!r}")
+                    if text_source.ended:     # only the blank line after the end completed it
+                        if sse.data.strip() == "[DONE]":
+                            continue          # a [DONE] without its blank line is still the end
+                        raise ClientError(f"{where}: the stream ended inside an event: "
+                                          f"{sse.data[:120]!r}")
+                    end = now
+                    if sse.event == "error":
+                        raise ClientError(f"{where}: server error event: {sse.data[:300]!r}")
+                    event = _event(sse.data, where)
+                    if event is None:
+                        continue
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    if event.get("timings"):
+                        timings = event["timings"]
+                    finish = _finish(event) or finish
+                    text = _chunk_text(event, endpoint.api)
+                    if text:
+                        times.append(end)
+                        texts.append(text)
+                        count = (event.get("usage") or {}).get("completion_tokens")
+                        if count is None:
+                            count = (event.get("timings") or {}).get("predicted_n")
+                        cumulative.append(-1 if count is None else int(count))
     except ClientError:
         raise
     except httpx.ConnectError as err:
