@@ -843,6 +843,22 @@ def test_real_book_pages_show_no_raw_reprs(whole_book):
 
 
 @pytest.mark.slow
+def test_real_book_sentences_are_at_most_45_words(whole_book):
+    """No rendered sentence of any page of the whole book is longer than 45 words (tables,
+    code and math are not prose; specbook.sentences). Chapter 8's generated sentences are
+    held to the same rule at other inputs by tests/test_ch8_text.py."""
+    from specbook import sentences
+
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    pages = sorted((whole_book.html / "book").rglob("*.html"))
+    assert len(pages) >= 15
+    long = [f"{p.relative_to(whole_book.html)} ({n} words): {s}"
+            for p in pages for n, s in sentences.long_sentences(p.read_text(encoding="utf-8"))]
+    assert long == [], f"{len(long)} sentences over {sentences.MAX_WORDS} words:\n" + \
+        "\n".join(long)
+
+
+@pytest.mark.slow
 def test_real_book_tables_have_numbered_captions(whole_book):
     """Every table of a chapter or appendix is numbered and captioned, so it can be cited."""
     assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
