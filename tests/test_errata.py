@@ -181,3 +181,67 @@ def test_sglang_rejected_token_is_never_emitted_at_its_position():
     for w, emitted, k in lossy.Lossy("sglang", {"t_acc": 0.7}).path_outcomes(path):
         if k < len(path.tokens):
             assert emitted[k] != path.tokens[k] and w > 0
+
+
+# --------------------------------------------------------------------------------------
+# The errata page agrees with the pages it corrects (book/errata.md)
+# --------------------------------------------------------------------------------------
+
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _errata_field(label: str, field: str) -> str:
+    """One field of one erratum, its lines joined ("New statement" of "errata-rules-sglang")."""
+    text = (REPO / "book" / "errata.md").read_text(encoding="utf-8")
+    entry = text.split(f"({label})=", 1)[1].split("\n(", 1)[0]
+    m = re.search(rf"^- \*\*{re.escape(field)}:\*\* (.*?)(?=^- \*\*|\Z)", entry, re.S | re.M)
+    assert m, f"{label}: no field {field!r}"
+    return " ".join(m.group(1).split())
+
+
+def _pertoken_knobs() -> dict[str, str]:
+    """The served per-token checks' settings, as the notebook that runs them writes them
+    (``pertoken_knobs = dict(...)``, wherever chapter 8's campaigns live)."""
+    for source in sorted((REPO / "notebooks").glob("*.md")):
+        m = re.search(r"^pertoken_knobs = dict\((.*?)\)\n", source.read_text(encoding="utf-8"),
+                      re.S | re.M)
+        if m:
+            return dict(re.findall(r"(\w+)=([\w.]+)", m.group(1)))
+    raise AssertionError("no notebook sets pertoken_knobs: where do the per-token checks run?")
+
+
+def test_errata_pertoken_slots_and_resolution_are_the_notebooks():
+    """The served checks' slots and resolution, as the erratum states them, are the ones the
+    notebook runs with (an earlier erratum said 16 slots while the chapter ran 32)."""
+    new = _errata_field("errata-measurement-pertoken", "New statement")
+    knobs = _pertoken_knobs()
+    assert re.findall(r"(\d+) slots", new) == [knobs["slots"]]
+    assert re.findall(r"per-token TV of (\d+(?:\.\d+)?)", new) == [knobs["resolution"]]
+
+
+def test_errata_sglang_numbers_are_computed():
+    """The SGLang erratum's TVs (old and new rule) are what the library computes."""
+    p, q = toy_pair()
+    new = _errata_field("errata-rules-sglang", "New statement")
+    old = _errata_field("errata-rules-sglang", "Old statement")
+    for text, rule in ((new, "sglang"), (old, "scaled_ratio")):
+        tvs = [lossy.measure(p, q, (), 3, 4, rule, {"t_acc": t}).tv for t in (0.8, 0.2)]
+        stated = re.search(r"TV of ([\d.]+) at t_acc = 0\.8 and ([\d.]+) at 0\.2", text)
+        assert stated, text
+        assert [float(x) for x in stated.groups()] == [round(tv, 3) for tv in tvs], rule
+
+
+def test_errata_state_no_timings_of_a_machine():
+    """A new statement gives no minutes or seconds: a timing belongs to the run that
+    measured it, and the page it corrects gives its own (an erratum said "6 to 16 minutes"
+    while the page said 5)."""
+    text = (REPO / "book" / "errata.md").read_text(encoding="utf-8")
+    labels = re.findall(r"^\((errata-[\w-]+)\)=$", text, re.M)
+    assert len(labels) >= 9
+    timed = {label: new for label in labels
+             if re.search(r"\d\s*(?:minutes?|seconds?|ms|s)\b",
+                          new := _errata_field(label, "New statement"))}
+    assert timed == {}
