@@ -50,39 +50,34 @@ def g_per_position(g_wide: float, g_deep: float, gamma: int) -> str:
     """How the two targets' verification costs compare at draft length ``gamma``."""
     if g_wide > g_deep:
         return (f"the wide target's pass costs more of its own steps ({g_wide:.2f} against "
-                f"{g_deep:.2f} at γ = {gamma}): its wider matrices make each extra scored "
-                f"position dearer relative to a step")
+                f"{g_deep:.2f} at γ = {gamma}): its wider matrices make each extra position "
+                f"dearer")
     return (f"the wide target's pass costs no more of its own steps ({g_wide:.2f} against "
-            f"{g_deep:.2f} at γ = {gamma}): in this run its wider matrices did not make "
-            f"extra positions dearer relative to a step, so the width alone does not set g")
+            f"{g_deep:.2f} at γ = {gamma}): its wider matrices did not make extra positions "
+            f"dearer here")
 
 
 def wide_against_deep(e_wide: float, e_deep: float, g_wide: float, g_deep: float,
                       s_wide: float, s_deep: float, spread: float) -> str:
     """The wide target against the deep one: numerator, denominator, net (speedups with
-    the larger of their spreads)."""
+    the larger of their spreads). Two sentences; the first starts in lower case."""
     more = "more" if e_wide > e_deep else "fewer"
-    num = (f"its cycles emit {more} bytes than the deep target's ({e_wide:.2f} against "
-           f"{e_deep:.2f}, medians over languages)")
-    dearer = g_wide > g_deep
-    den = (f"its verification pass costs {g_wide:.2f} of its own steps against the deep "
-           f"target's {g_deep:.2f}")
-    helps_num, hurts_den = e_wide > e_deep, dearer
+    helps_num, hurts_den = e_wide > e_deep, g_wide > g_deep
     if helps_num == hurts_den:
         pull = "the two effects pull in opposite directions"
     else:
         pull = ("the two effects pull the same way, " +
                 ("for the wide target" if helps_num else "against the wide target"))
+    head = (f"its cycles emit {more} bytes ({e_wide:.2f} against {e_deep:.2f}) and its pass "
+            f"costs {g_wide:.2f} of its own steps against {g_deep:.2f}: {pull}")
     if not _clear(s_wide - s_deep, spread):
-        net = (f"the net speedups, {s_wide:.2f} and {s_deep:.2f}, differ by less than the "
-               f"larger of the two configurations' interquartile ranges ({spread:.2f}, "
-               f"medians over languages): this run cannot rank them")
+        net = (f"The net speedups, {s_wide:.2f} and {s_deep:.2f}, differ by less than the "
+               f"larger interquartile range ({spread:.2f}), so this run cannot rank them")
     else:
-        net = (f"the net speedup is {s_wide:.2f} against {s_deep:.2f}, "
+        net = (f"The net speedup is {s_wide:.2f} against {s_deep:.2f}, "
                f"{'above' if s_wide > s_deep else 'below'} the deep target by more than the "
-               f"larger of the two configurations' interquartile ranges ({spread:.2f}, "
-               f"medians over languages)")
-    return f"{num}; {den}; {pull}; {net}"
+               f"larger interquartile range ({spread:.2f})")
+    return f"{head}. {net}"
 
 
 def in_situ_passes(g_pct: float, c_pct: float) -> str:
@@ -90,13 +85,12 @@ def in_situ_passes(g_pct: float, c_pct: float) -> str:
     def word(x):
         return "dearer" if x > 0 else "cheaper" if x < 0 else "as dear"
     if g_pct > 0 or c_pct > 0:
-        why = ("Causes that can make a pass dearer in the loop: longer sequences than the "
-               "benchmark's prefix (attention reads more keys), the draft and the target "
-               "taking turns on one core and evicting each other's weights from the caches, "
-               "and other processes sharing the machine.")
+        why = ("Causes that can make a pass dearer, not timed apart here: longer sequences "
+               "than the benchmark's, the two models evicting each other's weights from the "
+               "caches, and other processes.")
     else:
-        why = ("Neither pass was dearer in the loop than in isolation here, so cache "
-               "eviction and longer sequences did not show in this run.")
+        why = ("Neither pass was dearer in the loop, so cache eviction and longer sequences "
+               "did not show in this run.")
     return (f"a target block pass was {abs(g_pct):.0f}% {word(g_pct)} and a draft pass "
             f"{abs(c_pct):.0f}% {word(c_pct)} in the loop than in the micro-benchmark. {why}")
 
@@ -105,8 +99,7 @@ def draft_cost(c: float, article_c: float) -> str:
     """The measured draft cost against the article's example value."""
     if c > 2 * article_c:
         return (f"far above the c = {article_c:.2f} of the article's example: a model this "
-                f"small spends much of each step in fixed per-call work that the draft pays "
-                f"in full")
+                f"small spends much of each step in fixed per-call work")
     if c < article_c / 2:
         return f"well below the c = {article_c:.2f} of the article's example"
     return f"close to the c = {article_c:.2f} of the article's example"
@@ -116,11 +109,11 @@ def ttft_change(base_ms: float, spec_ms: float, spread_ms: float) -> str:
     """Time to first token without and with speculation."""
     if not _clear(spec_ms - base_ms, spread_ms):
         return (f"Time to first token is about the same with speculation ({base_ms:.2f} ms "
-                f"against {spec_ms:.2f} ms, a difference within the spread)")
+                f"against {spec_ms:.2f} ms, within the spread)")
     if spec_ms > base_ms:
         return (f"Time to first token grows with speculation, from {base_ms:.2f} ms to "
-                f"{spec_ms:.2f} ms: both models must read the prompt, and the first byte "
-                f"arrives only with the first whole cycle")
+                f"{spec_ms:.2f} ms: both models read the prompt, and the first byte waits "
+                f"for a whole cycle")
     return (f"Time to first token falls with speculation, from {base_ms:.2f} ms to "
             f"{spec_ms:.2f} ms: the first cycle can deliver several bytes at once")
 
@@ -129,9 +122,9 @@ def itl_bursts(p50_base: float, p50_spec: float, p99_base: float, p99_spec: floa
     """Whether the inter-token latency shows bursts (median falls, tail grows)."""
     if p50_spec < p50_base and p99_spec > p99_base:
         return (f"The inter-token latency shows the bursts the simulation predicted: its "
-                f"median falls to {p50_spec:.3f} ms, because most bytes arrive together with "
-                f"the previous one, while its 99th percentile, the gap between cycles, is "
-                f"{p99_spec:.2f} ms against {p99_base:.2f} ms without a draft")
+                f"median falls to {p50_spec:.3f} ms while its 99th percentile, the gap "
+                f"between cycles, is {p99_spec:.2f} ms against {p99_base:.2f} ms without a "
+                f"draft")
     return (f"The inter-token latency does not show the predicted bursts in this run: "
             f"median {p50_spec:.3f} ms against {p50_base:.3f} ms, 99th percentile "
             f"{p99_spec:.2f} ms against {p99_base:.2f} ms without a draft")
@@ -173,19 +166,19 @@ def gain_change(rows, repeats: int, *, min_repeats: int = 5) -> str:
     meds = [float(r["speedup"]) for r in rows]
     steps = [b - a for a, b in zip(meds, meds[1:])]
     if repeats < min_repeats:
-        return (f"with {repeats} paired repeats per load, too few for quartiles to be a "
-                f"spread (at least {min_repeats} are needed), this run does not say whether "
-                f"the gain changed")
+        return (f"{repeats} paired repeats per load are too few for quartiles to be a spread "
+                f"(at least {min_repeats} are needed), so this run does not say whether the "
+                f"gain changed")
     overlap = first["speedup_q1"] <= last["speedup_q3"] and last["speedup_q1"] <= first["speedup_q3"]
     if overlap:
-        return ("the two quartile ranges overlap, so this run cannot tell the two apart")
+        return "the two quartile ranges overlap, so this run cannot tell the two apart"
     fall = meds[-1] < meds[0]
-    text = (f"a {'fall' if fall else 'rise'}: the quartile ranges of the two do not overlap "
+    text = (f"a {'fall' if fall else 'rise'}: the two quartile ranges do not overlap "
             f"({repeats} paired repeats each)")
     if len(rows) > 2:
         same_way = all(d < 0 for d in steps) if fall else all(d > 0 for d in steps)
         text += ("; the median moves that way at every step in between" if same_way else
-                 "; in between the medians do not move the same way at every step ("
+                 "; the medians do not move the same way at every step ("
                  + ", ".join(f"{m:.2f}" for m in meds) + ")")
     return text
 
@@ -201,14 +194,11 @@ def g_beyond_batch(g_first: float, g_last: float, gamma: int, batch: int) -> str
     text = (f"{verb} from {g_first:.2f} target steps at batch one to {g_last:.2f} at batch "
             f"{batch}")
     if g_last > gamma + 1:
-        return (text + f", above the γ + 1 = {gamma + 1} steps that a pass doing all its "
-                f"arithmetic one position at a time would cost: at that batch a pass costs "
-                f"more than {gamma + 1} separate steps, which arithmetic alone does not "
-                f"explain and this run does not measure why")
+        return (text + f", above the γ + 1 = {gamma + 1} steps of a fully compute-bound "
+                f"pass: more than arithmetic explains, and this run does not measure why")
     if g_last > g_first:
-        return (text + ": a pass over the batch grows dearer relative to a step; this run "
-                "does not time the arithmetic and the weight reads apart, so it does not "
-                "say which of the two grew")
+        return (text + ": the pass grows dearer relative to a step, and this run does not "
+                "say which of arithmetic and weight reads grew")
     return text + ", so the pass did not become dearer with the batch in this run"
 
 
@@ -226,24 +216,21 @@ def server_against_numpy_g(g_numpy: float, g_server: float, positions: int,
     step_ms_server = _finite("step_ms_server", step_ms_server)
     text = (f"For the deep target a verification of {positions} positions costs {g_server:.2f} of "
             f"the server's steps and {g_numpy:.2f} of the book's decoder's")
+    steps = f"({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms)"
     if round(g_server, 2) == round(g_numpy, 2):
-        return (text + f": the same ratio to the two digits shown, with steps of "
+        return (text + f": the same ratio to the two digits shown. A step takes "
                 f"{step_ms_server:.3f} ms on the server and {step_ms_numpy:.3f} ms in the "
                 f"book's decoder.")
     if g_server > g_numpy:
         if step_ms_server < step_ms_numpy:
-            why = (f"the ratio is taken to each engine's own step, and the server's step, "
-                   f"timed inside a generation without a request's fixed work, is the "
-                   f"faster one ({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms), so "
-                   f"each added position weighs more against it; the server's advantage "
-                   f"here is the step, not the ratio")
+            why = (f"The server's own step is the faster one {steps}, so each added position "
+                   f"weighs more against it: its advantage is the step, not the ratio.")
         else:
-            why = (f"the server's step is not the faster one ({step_ms_server:.3f} ms against "
-                   f"{step_ms_numpy:.3f} ms), and this run does not say why its added "
-                   f"positions weigh more")
-        return text + ": the server's ratio is the higher. " + why[0].upper() + why[1:] + "."
-    return (text + f": the server's kernels make an added position cheaper relative to a "
-            f"step ({step_ms_server:.3f} ms against {step_ms_numpy:.3f} ms per step).")
+            why = (f"The server's step is not the faster one {steps}, and this run does not "
+                   f"say why its added positions weigh more.")
+        return text + ": the server's ratio is the higher. " + why
+    return (text + f". The server's kernels make an added position cheaper relative to a "
+            f"step {steps}.")
 
 
 def in_situ_prediction(isolated, in_situ, g_pcts, c_pcts) -> str:
@@ -257,6 +244,11 @@ def in_situ_prediction(isolated, in_situ, g_pcts, c_pcts) -> str:
     g_pcts, c_pcts : sequence of float
         Per row, the in-loop target pass and draft pass against their micro-benchmarks,
         in percent (positive: dearer in the loop).
+
+    Returns
+    -------
+    str
+        Two or three sentences, each with its full stop.
     """
     import numpy as np
 
@@ -287,14 +279,14 @@ def in_situ_prediction(isolated, in_situ, g_pcts, c_pcts) -> str:
     text = (f"Fed with these in-situ costs, the model predicts {lo:.2f} to {hi:.2f}, "
             f"{moved_text} the {a:.2f} to {b:.2f} of the isolated costs")
     expected = "down" if gm > 0 and cm > 0 else "up" if gm < 0 and cm < 0 else None
-    spread = (f"per row the in-loop target pass ranged from {min(g_pcts):+.0f}% to "
+    spread = (f"Per row, the in-loop target pass ranged from {min(g_pcts):+.0f}% to "
               f"{max(g_pcts):+.0f}% of its micro-benchmark and the draft pass from "
-              f"{min(c_pcts):+.0f}% to {max(c_pcts):+.0f}%")
+              f"{min(c_pcts):+.0f}% to {max(c_pcts):+.0f}%.")
     if expected is not None and moved != expected:
         return (text + f", although the median passes were "
-                f"{'dearer' if expected == 'down' else 'cheaper'}: {spread}, and the rows "
-                f"at the ends of the range are not the median row.")
-    return text + f"; {spread}."
+                f"{'dearer' if expected == 'down' else 'cheaper'}. {spread} The rows at the "
+                f"ends of the range are not the median row.")
+    return f"{text}. {spread}"
 
 
 def geometric_fit(fits, names, level: float = 0.01) -> str:
@@ -323,20 +315,19 @@ def geometric_fit(fits, names, level: float = 0.01) -> str:
             raise ValueError(f"names: no name for the language {k!r}")
     rejected = [k for k, f in fits.items() if f["p"] <= level]
     worst = max(fits, key=lambda k: fits[k]["tv"])
-    tv = (f"the largest total variation between it and a measured histogram is "
+    tv = (f"its largest total variation to a measured histogram is "
           f"{fits[worst]['tv']:.3f}, in {names[worst]}")
     if not rejected:
-        return (f"not rejected in any language (goodness-of-fit test with the fitted α "
-                f"counted, Holm-adjusted over the languages, at level {level:g}): {tv}")
+        return (f"not rejected in any language (Holm-adjusted goodness-of-fit test, level "
+                f"{level:g}); {tv}")
     which = ", ".join(f"{names[k]} (p = {pvalue_text(fits[k]['p'])})" for k in rejected)
     kept = len(fits) - len(rejected)
-    return (f"rejected in {len(rejected)} of {len(fits)} languages, {which} (goodness-of-fit "
-            f"test with the fitted α counted, Holm-adjusted, level {level:g})"
+    return (f"rejected in {len(rejected)} of {len(fits)} languages, {which}"
             + ("" if not kept else " and not in the other" if kept == 1
                else f" and not in the other {kept}")
-            + f": with {min(int(f['cycles']) for f in fits.values()):,} cycles or more "
-              f"per language a test sees departures too small to matter, so read it "
-              f"beside the size of the departure: {tv}")
+            + f" (Holm-adjusted, level {level:g}). With "
+              f"{min(int(f['cycles']) for f in fits.values()):,} cycles or more per language "
+              f"the test sees departures too small to matter: {tv}")
 
 
 def rule_comparison(match: float, rejection: float, temperature: float) -> str:
@@ -348,9 +339,8 @@ def rule_comparison(match: float, rejection: float, temperature: float) -> str:
     who = "the rejection rule" if rejection > match else "llama.cpp's matching rule"
     return (f"at temperature {temperature:g} {who} accepts more per position "
             f"({rejection:.3f} for the rejection rule, {match:.3f} for the matching rule)"
-            + (": accepting with probability min(1, p/q) keeps a draft token whenever the "
-               "target gives it mass, not only when the target draws it"
-               if rejection > match else ""))
+            + (": it keeps a draft token the target gives mass, not only one the target "
+               "draws" if rejection > match else ""))
 
 
 def served_speedup(speedup: float, spread: float, temperature: float) -> str:
@@ -409,7 +399,7 @@ def g_against_lines(curves) -> str:
     Returns
     -------
     str
-        One sentence for Fig. 8.3's caption naming every curve and draft length whose
+        Sentences for Fig. 8.3's caption naming every curve and draft length whose
         ``g`` lies above ``gamma + 1`` or below 1, or saying that none does.
     """
     def listed(items):
@@ -437,20 +427,21 @@ def g_against_lines(curves) -> str:
                       else ("g = 1", "less than one single step"))
         parts.append(f"{who} {verb} {side} {line} at γ = {listed(ks)} (a pass costs {cost} "
                      f"of the same target)")
-    rest = ("; every other measured g lies between the two grey lines" if outside < total
-            else "; no measured g lies between the two grey lines")
-    text = "; ".join(parts) + rest + "."
-    return text[0].upper() + text[1:]
+    parts.append("every other measured g lies between the two grey lines" if outside < total
+                 else "no measured g lies between the two grey lines")
+    return " ".join(p[0].upper() + p[1:] + "." for p in parts)
 def pays_verdict(speedup: float, spread: float, mark: float, setting: str) -> str:
-    """Whether the best measured setting reaches ``mark`` (e.g. 1.5×), given its spread."""
-    if speedup - spread / 2 >= mark:
-        return (f"{setting} the draft gives {speedup:.2f}× (interquartile range "
-                f"{spread:.2f}): above {mark:.1f}× by more than half its spread")
-    if speedup >= mark:
-        return (f"{setting} the draft gives {speedup:.2f}× (interquartile range "
-                f"{spread:.2f}): a median above {mark:.1f}×, by less than half its spread")
-    return (f"{setting} the draft gives {speedup:.2f}× (interquartile range "
-            f"{spread:.2f}): below {mark:.1f}×, so this run does not reach that mark")
+    """The best measured setting against break-even (1.0), given its spread (IQR).
+
+    ``mark`` is kept for callers and not used: a speedup is judged against break-even,
+    the one mark the prose needs no reason for.
+    """
+    head = f"{setting} the draft gives {speedup:.2f}× (interquartile range {spread:.2f})"
+    if speedup - spread / 2 > 1:
+        return f"{head}: faster than plain decoding by more than half its spread"
+    if speedup + spread / 2 < 1:
+        return f"{head}: slower than plain decoding by more than half its spread"
+    return f"{head}: within half its spread of break-even"
 
 
 def model_agreement(predicted: float, measured: float, tolerance: float) -> str:
@@ -463,16 +454,13 @@ def model_agreement(predicted: float, measured: float, tolerance: float) -> str:
         return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
                 f"measurement, within {tolerance:.0%}")
     if err > 0:        # optimistic: the cycles cost more than the passes the model adds up
-        why = ("so the cycles cost more than the passes the model adds up: work it does not "
-               "see (drafting bookkeeping, sampling, the server's own per-cycle steps) is a "
+        why = ("work it does not see (bookkeeping, sampling, per-cycle steps) costs a "
                "visible share of a cycle")
     else:              # pessimistic: the timings cost more than the same work in the cycles
-        why = ("so the timings it was fed cost more than the same work inside the cycles "
-               "did: timed between requests they may run colder in the processor's caches "
-               "than inside a stream, and work a cycle pays per emitted token (sending it) "
-               "is counted in every draft step; this run does not time them apart")
+        why = ("its timings, taken between requests, may run colder in the processor's "
+               "caches than a stream; this run does not time that")
     return (f"the cost model predicts {predicted:.2f}×, {abs(err):.0%} {side} the "
-            f"measurement: more than {tolerance:.0%} off, {why}")
+            f"measurement: more than {tolerance:.0%} off, as {why}")
 
 
 def scale_trend(sizes, speedups) -> str:
@@ -523,12 +511,12 @@ def g_curve(g_by_gamma) -> str:
     steps of one position; the added cost per position is ``(g(gamma) - 1) / gamma``.
     """
     gs = [float(g) for g in g_by_gamma]
-    gam = ", ".join(str(k) for k in range(1, len(gs) + 1))
+    gam = f"1 to {len(gs)}" if len(gs) > 1 else "1"
     pos = f"2 to {len(gs) + 1}" if len(gs) > 1 else "2"
     added = (gs[-1] - 1.0) / len(gs)
-    text = (f"for γ = {gam} (verifications of {pos} positions) a verification costs "
-            f"g = {', '.join(f'{g:.2f}' for g in gs)} steps: each position beyond the first "
-            f"adds {added:.2f} of a step on average")
+    text = (f"a verification of {pos} positions (γ = {gam}) costs "
+            f"g = {', '.join(f'{g:.2f}' for g in gs)} steps: each added position costs "
+            f"{added:.2f} of a step on average")
     if added <= 0.5:
         return text + ", far less than a step of its own"
     if added < 0.8:
@@ -537,16 +525,16 @@ def g_curve(g_by_gamma) -> str:
 
 
 def batching_growth(plain_growth: float, spec_growth: float, gamma: int) -> str:
-    """How each server's throughput grows from the fewest to the most requests in flight."""
+    """How each server's throughput grows from the fewest to the most requests in flight.
+    One or two sentences, the first in lower case."""
     text = (f"the plain server's throughput grows {plain_growth:.2f}× and the speculative "
             f"server's {spec_growth:.2f}×")
     if plain_growth > spec_growth:
-        return (text + ": the plain server batches the requests in flight into one pass that "
-                f"still reads the weights once, while the speculative server's passes already "
-                f"carry up to {gamma + 1} positions per request, so batching leaves it less to "
-                f"gain; the memory-bound regime that makes speculation pay at batch size one "
-                f"is the regime that batching uses up")
-    return (text + ": here batching helped the speculative server at least as much, so the "
+        return (text + f": the plain server's batched passes still read the weights once, "
+                f"while the speculative server's passes already carry up to {gamma + 1} "
+                f"positions per request. Batching uses up the memory-bound regime that "
+                f"makes speculation pay at batch size one")
+    return (text + ": batching helped the speculative server at least as much, so the "
             "draft's gain did not shrink with the load")
 
 
@@ -554,7 +542,7 @@ def cycle_cost_change(small: dict, large: dict, gamma: int) -> str:
     """Which input of the cycle cost ``gamma c + g`` moved from the small to the large target.
 
     ``small`` and ``large`` map ``"c"`` and ``"g"`` to the measured values of the smallest
-    and of the largest target.
+    and of the largest target. One or two sentences, the first in lower case.
     """
     from_c = gamma * (small["c"] - large["c"])        # steps saved by a cheaper draft share
     from_g = small["g"] - large["g"]                  # steps saved by a cheaper verification
@@ -565,18 +553,18 @@ def cycle_cost_change(small: dict, large: dict, gamma: int) -> str:
     if after >= before:
         return text + ": the larger target did not make a cycle cheaper in its own steps"
     if from_g < 0:
-        return (text + f": the draft's share fell by {from_c:.2f} steps while the verification "
+        return (text + f". The draft's share fell by {from_c:.2f} steps while the verification "
                 f"pass cost {-from_g:.2f} more" + grew)
     if from_c < 0:
-        return (text + f": the verification pass fell by {from_g:.2f} steps while the draft's "
+        return (text + f". The verification pass fell by {from_g:.2f} steps while the draft's "
                 f"share cost {-from_c:.2f} more")
     if from_c >= 2 * from_g:
-        return (text + f", and most of the difference is the draft's share ({from_c:.2f} of "
+        return (text + f". Most of the difference is the draft's share ({from_c:.2f} of "
                 f"the {before - after:.2f} steps)" + grew)
     if from_g >= 2 * from_c:
-        return (text + f", and most of the difference is the verification pass ({from_g:.2f} "
+        return (text + f". Most of the difference is the verification pass ({from_g:.2f} "
                 f"of the {before - after:.2f} steps)")
-    return (text + f": the draft's share and the verification pass each account for part of "
+    return (text + f". The draft's share and the verification pass each account for part of "
             f"the difference ({from_c:.2f} and {from_g:.2f} steps)")
 
 
@@ -599,24 +587,21 @@ def pass_disturbance(disturbance: float, threshold: float, waiting: float | None
             return (f"the largest disturbance of a timing's wall time (median over fastest "
                     f"repeat, minus one) was {disturbance:.0%}, above the {threshold:.0%} "
                     f"that marks a disturbed run: other processes probably held the "
-                    f"processor during some timings, and absolute times of this run "
-                    f"are less reliable")
+                    f"processor, and absolute times are less reliable")
         return (f"the largest disturbance of a timing's wall time (median over fastest "
                 f"repeat, minus one) was {disturbance:.0%}, within the {threshold:.0%} of an "
                 f"undisturbed run")
-    spread = (f"a target's timing varied in wall time by up to {disturbance:.0%} (median "
+    spread = (f"A target's timing varied in wall time by up to {disturbance:.0%} (median "
               f"over fastest, minus one)")
     if waiting > quiet:
         return (f"the decoding threads waited for a processor during up to {waiting:.0%} of "
-                f"one window's timed wall time (the worst window of any target; above the {quiet:.0%} of a quiet machine): other "
-                f"processes held the processor during the timings, and {spread}. The "
-                f"model's c and g come from CPU time, which waiting does not inflate, but "
-                f"absolute times of this run are less reliable")
+                f"one window's timed wall time, above the {quiet:.0%} of a quiet machine. "
+                f"{spread}. The model's c and g come from CPU time, which waiting does not "
+                f"inflate, but absolute times are less reliable")
     return (f"the decoding threads waited for a processor during at most "
-            f"{max(waiting, 0.0):.0%} of any target's window's timed wall time, so other processes "
-            f"took little processor time from them; {spread}, which comes from the timings "
-            f"themselves or from other processes' use of memory and caches, not from "
-            f"waiting")
+            f"{max(waiting, 0.0):.0%} of any target's window's timed wall time, so other "
+            f"processes took little processor time from them. {spread}, from the timings "
+            f"themselves or other processes' use of memory, not from waiting")
 
 
 def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
@@ -626,9 +611,10 @@ def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
 
     ``waiting`` is ``1 - cpu / wall`` of the window's median steps and pass (it can be
     slightly negative on an idle machine: the CPU time includes a few microseconds of
-    bookkeeping that the engine's own timer leaves out; NaN where the system reports no thread times, and then
-    the model was fed wall time only); below ``quiet`` the machine counts as quiet, and
-    the two predictions agree when their relative errors differ by at most ``agree``.
+    bookkeeping that the engine's own timer leaves out; NaN where the system reports no
+    thread times, and then the model was fed wall time only); below ``quiet`` the machine
+    counts as quiet, and the two predictions agree when their relative errors differ by at
+    most ``agree``. Returns two sentences, the first in lower case.
     """
     for name, x in (("predicted_cpu", predicted_cpu), ("predicted_wall", predicted_wall),
                     ("measured", measured), ("quiet", quiet), ("agree", agree)):
@@ -639,24 +625,20 @@ def cost_clock(predicted_cpu: float, predicted_wall: float, measured: float,
         raise ValueError(f"waiting: must be a finite number or NaN (got {waiting!r})")
     if math.isnan(waiting):
         return ("this system does not report its threads' CPU time, so the model's c and g "
-                "come from the timings' wall time, which grows while a thread waits for a "
-                "processor another process holds")
+                "come from wall time, which grows while a thread waits for a processor")
     e_cpu, e_wall = predicted_cpu / measured - 1.0, predicted_wall / measured - 1.0
-    fed = (f"fed the wall-time medians of the same timings instead, the model would have "
-           f"predicted {predicted_wall:.2f}× ({signed_percent(e_wall)}, against "
-           f"{signed_percent(e_cpu)} from CPU "
-           f"time)")
+    fed = (f"fed the wall-time medians instead, the model would have predicted "
+           f"{predicted_wall:.2f}× ({signed_percent(e_wall)}, against "
+           f"{signed_percent(e_cpu)} from CPU time)")
+    waited = (f"The decoding threads waited for a processor during {max(waiting, 0.0):.0%} "
+              f"of the pooled timings' wall time")
     if waiting < quiet:
-        same = abs(e_cpu - e_wall) <= agree
-        return (fed + f": the decoding threads waited for a processor during "
-                f"{max(waiting, 0.0):.0%} of the pooled timings' wall time, a quiet machine, "
-                + ("on which the two clocks agree" if same else
-                   "so the clocks differ by what the CPU time counts beyond the engine's own "
-                   "timer (bookkeeping on the decoding threads), not by waiting"))
+        if abs(e_cpu - e_wall) <= agree:
+            return f"{fed}. {waited}, a quiet machine, on which the two clocks agree"
+        return (f"{fed}. {waited}, a quiet machine, so the clocks differ by what the CPU "
+                f"time counts beyond the engine's own timer, not by waiting")
     closer = "closer to" if abs(e_cpu) < abs(e_wall) else "no closer to"
-    return (fed + f": the decoding threads waited for a processor during {waiting:.0%} of the "
-            f"pooled timings' wall time, which inflates a short timing and a long one by different "
-            f"factors, and the CPU-time model is {closer} the measurement")
+    return f"{fed}. {waited}, and the CPU-time model is {closer} the measurement"
 
 
 def tail_label(n: int) -> str:
@@ -685,27 +667,28 @@ def interval_verdict(speedup: float, low: float, high: float,
 
 def pays_interval(speedup: float, low: float, high: float, mark: float, setting: str,
                   confidence: float = 0.95) -> str:
-    """Whether a speedup reaches ``mark`` (e.g. 1.5×), judged by its interval."""
+    """A speedup against break-even (1.0), judged by its interval over prompts.
+
+    ``mark`` is kept for callers and not used: the comparison a reader needs is with
+    plain decoding, faster or slower, and any other mark would need a reason the prose
+    gives.
+    """
     head = f"{setting} the draft gives {speedup:.2f}× ({_interval(low, high, confidence)})"
-    if low >= mark:
-        return f"{head}: above {mark:.1f}×, the whole interval with it"
-    if speedup >= mark:
-        return f"{head}: a point estimate above {mark:.1f}×, with an interval that reaches below it"
-    if high >= mark:
-        return (f"{head}: below {mark:.1f}×, with an interval that still reaches it, so this "
-                f"run does not show that mark reached")
-    return f"{head}: below {mark:.1f}×, the whole interval with it, so this run does not reach that mark"
+    if low > 1:
+        return f"{head}: faster than plain decoding, the whole interval above 1"
+    if high < 1:
+        return f"{head}: slower than plain decoding, the whole interval below 1"
+    return f"{head}: the interval spans 1, so this run cannot tell it from plain decoding"
 
 
 def repetition_note(greedy: float, sampled: float) -> str:
     """Repetition of the greedy texts against the sampled ones (median share of distinct
     byte 4-grams per text; a loop of period L gives about 1/L)."""
-    text = (f"a median of {greedy:.0%} of a greedy text's byte 4-grams are distinct, "
+    text = (f"only {greedy:.0%} of a greedy text's byte 4-grams are distinct (median), "
             f"against {sampled:.0%} of a sampled text's")
     if greedy < 0.5 and greedy < sampled:
-        return (text + ": at temperature 0 the book's models fall into loops, so greedy "
-                "speedups measure which loop a prompt falls into more than the language; "
-                "the sampled texts are the ones a user would see")
+        return (text + ": the book's models fall into loops at temperature 0, so greedy "
+                "speedups measure the loop more than the language")
     if greedy < sampled:
         return text + ": the greedy texts repeat more, but most of their 4-grams are new"
     return text + ": the greedy texts repeat no more than the sampled ones"
@@ -729,11 +712,11 @@ def bandwidth_share(achieved: float, measured: float) -> str:
     """Weights read per second by a target step against the measured read bandwidth."""
     share = achieved / measured
     text = (f"{achieved:.1f} GB/s of weights, {share:.0%} of the {measured:.1f} GB/s one "
-            f"thread reads from memory on this machine")
+            f"thread reads here")
     if share >= 0.6:
         return text + ": the step is bound by memory bandwidth"
     if share >= 0.3:
-        return (text + ": memory traffic is a large share of the step, but not all of it")
+        return text + ": memory traffic is a large share of the step, not all of it"
     return text + ": far from the memory bound, so most of the step is other work"
 
 
@@ -758,8 +741,8 @@ def goodput_limits(factors, base, spec) -> str:
                     f"(factors {', '.join(f'{f:g}' for f in some)})")
         return f"the draft {verb} goodput under {limits(some)}{tied}"
     return (f"the draft raises goodput under {limits(wins)} and lowers it under "
-            f"{', '.join(f'{f:g}' for f in losses)}{tied}: which server serves more "
-            f"requests in time depends on where the limit is set")
+            f"{', '.join(f'{f:g}' for f in losses)}{tied}: which server wins depends on "
+            f"the limit")
 
 
 def best_language(rows, names) -> str:
@@ -769,8 +752,8 @@ def best_language(rows, names) -> str:
     best = max(rows, key=lambda r: r["speedup"])
     worst = min(rows, key=lambda r: r["speedup"])
     overlap = best["low"] <= worst["high"]
-    return ("per language, " + ", ".join(parts) + ("; the intervals of the best and the "
-            "worst language overlap, so this run does not rank the languages" if overlap
+    return ("per language, " + ", ".join(parts) + ("; the best and the worst intervals "
+            "overlap, so this run does not rank the languages" if overlap
             else f"; {names[best['language']]} is ahead of {names[worst['language']]} by "
             f"more than their intervals"))
 
@@ -800,7 +783,8 @@ def pertoken_verdict(result, names=None, subjects=None) -> str:
     or any dict with a ``plain`` and/or a ``speculative`` check and ``controls``): each
     configuration's verdict with the error it would have detected, and whether the
     controls failed as they must. ``subjects`` renames configurations (default
-    :data:`PERTOKEN_SUBJECTS`), ``names`` the controls."""
+    :data:`PERTOKEN_SUBJECTS`), ``names`` the controls. Returns the configurations'
+    verdicts (in lower case), then a sentence on the controls."""
     subjects = {**PERTOKEN_SUBJECTS, **dict(subjects or {})}
     configs = [(k, _check_fields(k, result[k])) for k in ("plain", "speculative") if k in result]
     if not configs:
@@ -808,19 +792,20 @@ def pertoken_verdict(result, names=None, subjects=None) -> str:
     controls = {k: _check_fields(f"controls[{k!r}]", c) for k, c in result["controls"].items()}
     def one(name, c):
         if c["passed"]:
-            return (f"{name} passes: no per-token error larger than {_up(c['detectable_tv'])} "
-                    f"in total variation (in {c['tokens']:,} tokens)")
+            return (f"{name} passes (no per-token error above {_up(c['detectable_tv'])} in "
+                    f"{c['tokens']:,} tokens)")
         return (f"{name} **fails** (Holm-adjusted p-value {pvalue_text(c['pvalue'])}, "
                 f"{c['tokens']:,} tokens)")
     text = "; ".join(one(subjects[k], c) for k, c in configs)
     names = dict(names or {})
     missed = [names.get(k, k) for k, c in controls.items() if c["passed"]]
     if not missed:
-        text += ("; every positive control fails (largest Holm-adjusted p-value "
-                 f"{pvalue_text(max(c['pvalue'] for c in controls.values()))}), so the "
-                 "check sees errors of these kinds")
+        if controls:
+            text += (". Every positive control fails (largest Holm-adjusted p-value "
+                     f"{pvalue_text(max(c['pvalue'] for c in controls.values()))}), so the "
+                     "check sees errors of these kinds")
     else:
-        text += ("; the control" + ("s " if len(missed) > 1 else " ") + " and ".join(missed)
+        text += (". The control" + ("s " if len(missed) > 1 else " ") + " and ".join(missed)
                  + (" pass" if len(missed) > 1 else " passes")
                  + ", so at these requests the check cannot see an error of that kind")
     return text
@@ -853,7 +838,8 @@ def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_i
     target's sample equals the draft's arg-max) at draft length ``gamma``: this draft's
     match probability and the ideal one (the target's own arg-max) per position of the
     served texts, and the cost model fed with the ideal at the same ``gamma``, ``c`` and
-    ``g``."""
+    ``g``, judged against break-even. ``mark`` is kept for callers and not used (see
+    :func:`pays_interval`). Returns short sentences, the first in lower case."""
     for name, x in (("match_draft", match_draft), ("match_ideal", match_ideal),
                     ("served", served)):
         if not 0.0 <= _finite(name, x) <= 1.0:
@@ -867,20 +853,16 @@ def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_i
         raise ValueError(f"mark: must be a speedup > 0 (got {mark!r})")
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma: must be an integer >= 1 (got {gamma!r})")
-    text = (f"on the plain server's texts the target's sample equals this draft's arg-max at "
-            f"a mean {match_draft:.0%} of positions and its own arg-max at {match_ideal:.0%} "
-            f"(the speculative server reported {served:.0%} of its drafted tokens accepted: "
-            f"a drafted token counts only if every one before it in the cycle was accepted, "
-            f"so the reported share is lower than the per-position one); no greedy draft, "
-            f"however it is trained, is accepted more often than the target's own arg-max, "
-            f"and even counting every one of the γ = {gamma} drafted tokens as accepted with "
-            f"that probability (E = 1 + {gamma}·{match_ideal:.2f}, more than a cycle can "
-            f"keep) the cost model at this draft's c and g gives {model_ideal:.2f}×")
-    if model_ideal < mark:
-        return (text + f", below {mark:.1f}×: at temperature 1 and γ = {gamma}, no draft of "
-                f"this cost, distilled from the target or not, makes this rule reach "
-                f"{mark:.1f}× on this target; a rule that samples the draft and accepts with "
-                f"min(1, p/q) is not capped this way (its acceptance, the sum of min(p, q), "
-                f"reaches 1 as the draft nears the target)")
-    return (text + f", at or above {mark:.1f}×: a draft trained to match the target's "
-            f"arg-max could reach it here")
+    verdict = ("slower than plain decoding" if model_ideal < 1 else
+               "no faster than plain decoding" if model_ideal == 1 else
+               "faster than plain decoding")
+    text = (f"the target's sample equals this draft's arg-max at {match_draft:.0%} of "
+            f"positions and its own arg-max at {match_ideal:.0%}, the cap for any greedy "
+            f"draft. The speculative server reported {served:.0%} of drafted tokens "
+            f"accepted, fewer, since a token counts only if every earlier one in its cycle "
+            f"was. A draft at the cap, E = 1 + {gamma}·{match_ideal:.2f}, would give "
+            f"{model_ideal:.2f}× in the cost model: {verdict}")
+    if model_ideal < 1:
+        return (text + ". A rule that samples the draft and accepts with min(1, p/q) is "
+                "not capped this way")
+    return text
