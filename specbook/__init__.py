@@ -18,4 +18,6 @@ imports it.
   of a run).
 - :mod:`specbook.ch8_text`: chapter 8's comparative and causal sentences, chosen from
   the measurements.
+- :mod:`specbook.sentences`: the prose sentences of a rendered page and their word counts
+  (the book's rule: none over 45 words).
 """
