@@ -859,6 +859,26 @@ def test_real_book_sentences_are_at_most_45_words(whole_book):
 
 
 @pytest.mark.slow
+def test_real_chapter_8_is_the_protocol_chapter_of_at_most_3000_words(whole_book):
+    """Chapter 8 holds the protocol, the simulation, how to test one's own server and the
+    GPU commands, at most 3,000 rendered words of prose; its first screen states what
+    Appendix F found, pasted from that page (a glue key gone from Appendix F would leave an
+    empty bullet, so each bullet must carry a number)."""
+    from specbook import sentences
+
+    assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
+    [page] = (whole_book.html / "book" / "chapters").glob("08-*.html")
+    html = page.read_text(encoding="utf-8")
+    prose = sum(sentences.words(b) for b in sentences.blocks(html))
+    assert 1000 < prose <= 3000, prose
+    glance = parse_html(page).soup.find("section", id="sec-measurement-glance")
+    bullets = [" ".join(li.get_text(" ").split()) for li in glance.select("ul > li")]
+    for label in ("Exact.", "Did it pay?", "Predicted."):
+        [line] = [b for b in bullets if b.startswith(label)]
+        assert re.search(r"\d", line), line
+
+
+@pytest.mark.slow
 def test_real_book_tables_have_numbered_captions(whole_book):
     """Every table of a chapter or appendix is numbered and captioned, so it can be cited."""
     assert whole_book.first.returncode == 0, whole_book.first.stdout + whole_book.first.stderr
