@@ -37,8 +37,8 @@ def test_the_cache_keys_of_every_engine_are_those_of_the_pip_builder():
 def test_one_table_holds_the_engines_and_the_releases():
     assert list(py_engines.TABLE) == [*py_engines.ENGINES, *(f"transformers-{r}"
                                                              for r in hf_envs.RELEASES)]
-    assert len(py_engines.TABLE) == 14
-    assert hf_envs.RELEASES == ("4.37.2", "4.40.2", "4.46.3", "4.57.6", "5.0.0", "5.14.1",
+    assert len(py_engines.TABLE) == 15
+    assert hf_envs.RELEASES == ("4.37.2", "4.40.2", "4.44.2", "4.46.3", "4.57.6", "5.0.0", "5.14.1",
                                 "5.18.0", "5.24.0")
     assert hf_envs.TORCH == py_engines.TORCH == "torch==2.13.0"
     for name, eng in py_engines.TABLE.items():

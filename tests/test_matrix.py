@@ -321,3 +321,47 @@ def test_openvino_rows_refuse_a_string_verdict_and_mark_undrafted_rows():
     assert [r.verdict for r in rows] == ["NOT RUN", "PASS"]
     assert rows[0].note.startswith("12 of 12 responses were decoded without a draft token")
     assert rows[1].note.startswith("3 of 12 responses")
+
+
+def _row(impl, verdict, version="1", interface="f", setting="s", tv=None, low=None, high=None,
+         det=None):
+    return mx.MatrixRow(implementation=impl, version=version, interface=interface,
+                        setting=setting, rule="r", verdict=verdict, tv=tv, tv_low=low,
+                        tv_high=high, detectable_tv=det, trials=None if det is None else 100)
+
+
+def test_the_first_table_keeps_the_kinds_of_failure_apart():
+    """A rule that is not exact, a build defect with its fixed copy, a length bug and a
+    lossy rule each read differently; passes give their detectable TV."""
+    sc = {s.engine: s for s in mx.SCOPES}
+    hf = [_row("transformers", "PASS", "4.40.2", "token step", det=0.15),
+          _row("transformers", "FAIL", "4.44.2", "generate, assistant", tv=0.5, low=0.35,
+               high=0.7, det=0.28),
+          _row("transformers", "FAIL", "5.0.0", "generate, prompt lookup", tv=0.3, low=0.1,
+               high=0.5, det=0.58)]
+    assert mx.exact_text(hf, sc["transformers"]) == (
+        "not exact at 4.44.2 (the assistant drafts greedily, its law taken as sampled): TV at "
+        "least 0.35; length bug, not a law bug at 5.0.0 (prompt lookup returns more than "
+        "`max_new_tokens`): TV at least 0.10; elsewhere exact to TV 0.15")
+    vllm = [_row("vLLM V1 rejection sampler", "FAIL", setting="x; as shipped", tv=0.98, low=0.93,
+                 high=1.0, det=0.2),
+            _row("vLLM V1 rejection sampler", "PASS", setting="x; one function fixed", tv=0.0,
+                 low=0.0, high=0.01, det=0.01)]
+    assert mx.exact_text(vllm, sc["vLLM, rejection sampler"]) == (
+        "build defect (uninitialised per-token settings on CPU): TV at least 0.93; exact to "
+        "TV 0.010 once one function is fixed")
+    medusa = [_row("Medusa typical acceptance", "LOSSY", tv=t, low=t - 0.1, high=1.0)
+              for t in (0.94, 0.99)]
+    assert mx.exact_text(medusa, sc["Medusa"]) == \
+        "lossy by design (not meant to be exact): TV 0.94-0.99"
+    server = [_row("llama.cpp llama-server", "PASS", interface="HTTP; every emitted token "
+                   "tested", det=d) for d in (0.06, 0.061)]
+    assert mx.exact_text(server, sc["llama.cpp, llama-server"]) == \
+        "exact to TV 0.060-0.061 per token"
+    assert mx.exact_text([_row("mlx-lm", "NOT RUN")], sc["mlx-lm"]).startswith("not run")
+    with pytest.raises(ValueError, match="rows: none"):
+        mx.exact_text([], sc["mlx-lm"])
+    table = mx.glance(hf + vllm + medusa, mx.SCOPES)
+    assert [r[0] for r in table] == ["**transformers** 4.40.2 to 5.0.0 (3 releases)",
+                                     "**vLLM, rejection sampler** 1", "**Medusa** 1"]
+    assert all(len(r) == 6 for r in table)

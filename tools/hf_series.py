@@ -16,10 +16,21 @@ A function counts as changed when its code differs once docstrings, comments and
 formatting are removed (``ast.unparse`` of the tree without docstrings). Each series is
 classified (:func:`classify`): the *verification* changed when ``_speculative_sampling``
 did or the lines of ``_assisted_decoding`` that decide the kept tokens did; *drafting*
-when candidate-generator code did; *loop* for the rest of ``_assisted_decoding``. The
-result is committed as ``tools/hf_series.json`` (Appendix A3's table of series reads it,
-without downloading anything); ``--check`` recomputes it from the wheels and also
-requires a tested release (tools/hf_envs.py) in every series whose verification changed::
+when candidate-generator code did, and among it the *draw* when the lines that decide how
+a generator the kit drives draws its drafts did (:data:`DRAW_LINE`: sampled or greedy, and
+with which temperature or truncation); *loop* for the rest of ``_assisted_decoding``.
+
+The rule for which releases are tested (:func:`check`): a release in every series whose
+verification changed, and, after every series whose draw changed, a release before the
+verification or the draw changes again. A change to how drafts are drawn breaks
+exactness as surely as one to how they are verified: 4.41 made the assistant draft
+greedily while its probabilities were still used as the law it had sampled from, a
+known end-to-end bias at temperature > 0 (huggingface/transformers#32867), undone in
+4.45 (huggingface/transformers#33534); neither series changed the verification.
+
+The result is committed as ``tools/hf_series.json`` (Appendix A3's table of series reads
+it, without downloading anything); ``--check`` recomputes it from the wheels and checks
+the rule against tools/hf_envs.py's releases::
 
     python tools/hf_series.py               # download what is missing, print the table
     python tools/hf_series.py --write       # rewrite tools/hf_series.json
@@ -66,6 +77,11 @@ ALIASES = {"GenerationMixin.assisted_decoding": "GenerationMixin._assisted_decod
 NOTES = {
     "4.40": "`_speculative_sampling` loses `max_matches` (the length cap moves to the caller); "
             "`last_assistant_token_is_eos` becomes `is_done_candidate`",
+    "4.41": "the assistant drafts greedily (`do_sample = False`, its sampling settings "
+            "cleared) while its probabilities are still taken as the law it sampled from: "
+            "biased at temperature > 0 (huggingface/transformers#32867)",
+    "4.45": "the assistant samples again when the target samples (4.41's greedy draft "
+            "reverted, huggingface/transformers#33534)",
     "4.46": "the assistant with a different tokenizer (`assistant_tokenizer`, `tokenizer`): "
             "drafts re-tokenised as text, verified without draft probabilities",
     "5.14": "`assistant_ensemble_weight`: accept against `w p + (1 - w) q` (lossy, opt-in); "
@@ -174,12 +190,33 @@ VERIFICATION_LINE = re.compile(
     r"is_done_candidate|eos_positions|num_drafted)\b[^=]*=(?!=)(?!\s*\d+\s*$)")
 
 
+#: The candidate generators the kit drives (the assistant, prompt lookup, the assistant
+#: with another tokenizer in both of its forms) and the base class they share.
+DRAW_GENERATORS = ("AssistedCandidateGenerator.", "AssistedCandidateGeneratorDifferentTokenizers.",
+                   "UniversalSpeculativeDecodingGenerator.", "PromptLookupCandidateGenerator.",
+                   "CandidateGenerator.")
+
+#: Lines of those generators that decide how drafts are drawn: sampled or greedy, and the
+#: sampling settings (temperature, truncations) the draft's law is taken at.
+DRAW_LINE = re.compile(r"\b(do_sample|temperature|top_k|top_p|min_p|typical_p|epsilon_cutoff|"
+                       r"eta_cutoff|multinomial)\b")
+
+
+def _changed_lines(before: str, after: str) -> list[str]:
+    """The lines removed or added between two normalised functions."""
+    return [line[1:] for line in difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                                      lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def touches_draw(before: str, after: str) -> bool:
+    """Whether the changed lines of a candidate generator match :data:`DRAW_LINE`."""
+    return any(DRAW_LINE.search(line) for line in _changed_lines(before, after))
+
+
 def touches_verification(before: str, after: str) -> bool:
     """Whether the changed lines of ``_assisted_decoding`` match :data:`VERIFICATION_LINE`."""
-    changed = [line[1:] for line in difflib.unified_diff(before.splitlines(), after.splitlines(),
-                                                         lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    return any(VERIFICATION_LINE.search(line) for line in changed)
+    return any(VERIFICATION_LINE.search(line) for line in _changed_lines(before, after))
 
 
 def classify(before: dict, now: dict) -> dict:
@@ -187,11 +224,13 @@ def classify(before: dict, now: dict) -> dict:
 
     ``verification``: ``_speculative_sampling``'s code, or the lines of
     ``_assisted_decoding`` that decide the kept tokens (:func:`touches_verification`);
-    ``drafting``: candidate-generator functions added, removed or changed; ``loop``: the
-    rest of ``_assisted_decoding`` (caches, outputs, arguments).
+    ``drafting``: candidate-generator functions added, removed or changed; ``draw``: those
+    of them, in the generators the kit drives (:data:`DRAW_GENERATORS`), whose changed
+    lines decide how drafts are drawn (:func:`touches_draw`); ``loop``: the rest of
+    ``_assisted_decoding`` (caches, outputs, arguments).
     """
     sp, ad = "utils.py:_speculative_sampling", "utils.py:GenerationMixin._assisted_decoding"
-    out = {"verification": [], "drafting": [], "loop": []}
+    out = {"verification": [], "drafting": [], "draw": [], "loop": []}
     if before.get(sp) != now.get(sp):
         out["verification"].append("_speculative_sampling")
     if before.get(ad) != now.get(ad):
@@ -199,7 +238,10 @@ def classify(before: dict, now: dict) -> dict:
         out[kind].append("_assisted_decoding")
     for k in sorted(set(before) | set(now)):
         if k.startswith("candidate_generator.py:") and before.get(k) != now.get(k):
-            out["drafting"].append(k.split(":", 1)[1])
+            name = k.split(":", 1)[1]
+            out["drafting"].append(name)
+            if name.startswith(DRAW_GENERATORS) and touches_draw(before.get(k, ""), now.get(k, "")):
+                out["draw"].append(name)
     return out
 
 
@@ -221,7 +263,7 @@ def diff(series: str) -> str:
 
 def summary(found: list[dict]) -> list[dict]:
     """The series that changed something, with the functions by kind (JSON-ready)."""
-    return [{k: e[k] for k in ("series", "release", "verification", "drafting", "loop")}
+    return [{k: e[k] for k in ("series", "release", "verification", "drafting", "draw", "loop")}
             for e in found if e["verification"] or e["drafting"] or e["loop"]]
 
 
@@ -229,20 +271,50 @@ def check(rows: list[dict], releases=()) -> list[str]:
     """Disagreements between the committed table and the sources (empty when they agree).
 
     ``rows`` is :func:`summary` of the sources; checked: :data:`DATA` holds the same,
-    every series in :data:`NOTES` changed something, and every series whose verification
-    changed has a release in ``releases`` (tools/hf_envs.py's ``RELEASES``).
+    every series in :data:`NOTES` changed something, and ``releases`` (tools/hf_envs.py's
+    ``RELEASES``) follow the rule (:func:`uncovered`).
     """
-    import json
-
     problems = []
     committed = json.loads(DATA.read_text()) if DATA.exists() else None
     if committed != rows:
         problems.append(f"{DATA.name} differs from the sources: run `python tools/hf_series.py --write`")
     changed = {r["series"] for r in rows}
     problems += [f"NOTES names {s}, whose code did not change" for s in NOTES if s not in changed]
-    tested = {series_of(r) for r in releases}
-    problems += [f"series {r['series']} changed the verification and has no release in RELEASES"
-                 for r in rows if r["verification"] and r["series"] not in tested]
+    problems += uncovered(rows, releases)
+    return problems
+
+
+def _key(series: str) -> tuple:
+    return tuple(int(p) for p in series.split("."))
+
+
+def uncovered(rows: list[dict], releases=()) -> list[str]:
+    """Where ``releases`` break the rule (empty when they follow it).
+
+    The rule: a tested release in every series whose verification changed, and after
+    every series whose draw changed (``rows[i]["draw"]``), a tested release in that series
+    or a later one before the next series that changes the verification or the draw.
+
+    Parameters
+    ----------
+    rows : list of dict
+        :func:`summary` of the sources (or the committed :data:`DATA`), in series order.
+    releases : sequence of str
+        The releases tested.
+    """
+    tested = sorted({series_of(r) for r in releases}, key=_key)
+    problems = [f"series {r['series']} changed the verification and has no release in RELEASES"
+                for r in rows if r["verification"] and r["series"] not in tested]
+    marks = [r["series"] for r in rows if r["verification"] or r.get("draw")]
+    for r in rows:
+        if not r.get("draw"):
+            continue
+        later = [m for m in marks if _key(m) > _key(r["series"])]
+        end = _key(later[0]) if later else (10 ** 6,)
+        if not any(_key(r["series"]) <= _key(t) < end for t in tested):
+            until = f" before {later[0]}" if later else ""
+            problems.append(f"series {r['series']} changed how drafts are drawn and no release "
+                            f"from it on{until} is in RELEASES")
     return problems
 
 
@@ -260,7 +332,7 @@ def main(argv=None) -> int:
     if args.write:
         DATA.write_text(json.dumps(rows, indent=1) + "\n")
     for r in rows:
-        kinds = "; ".join(f"{k}: {', '.join(r[k])}" for k in ("verification", "drafting", "loop")
+        kinds = "; ".join(f"{k}: {', '.join(r[k])}" for k in ("verification", "draw", "drafting", "loop")
                           if r[k])
         print(f"{r['series']:>5} ({r['release']}) {kinds}")
         if r["series"] in NOTES:

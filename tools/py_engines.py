@@ -240,14 +240,16 @@ ENGINES: dict[str, Engine] = {
 }
 
 
-#: transformers releases tested, one per minor series whose assisted-generation code
-#: changed in a way the kit can see (tools/hf_series.py finds and records them): 4.37
-#: (``_speculative_sampling(..., last_assistant_token_is_eos, max_matches)``), 4.40
-#: (``is_done_candidate``, no ``max_matches``), 4.46 (the assistant with a different
-#: tokenizer), 4.57 (the last 4.x), 5.0 (``_assisted_decoding`` rewritten), 5.14
-#: (``assistant_ensemble_weight``), 5.18 (end-of-sequence handling moved to the caller),
-#: and the newest.
-RELEASES = ("4.37.2", "4.40.2", "4.46.3", "4.57.6", "5.0.0", "5.14.1", "5.18.0", "5.24.0")
+#: transformers releases tested (tools/hf_series.py finds the series and checks the rule): a
+#: release in every minor series whose verification changed, and one after every change of
+#: how the assistant draws its drafts: 4.37 (``_speculative_sampling(...,
+#: last_assistant_token_is_eos, max_matches)``), 4.40 (``is_done_candidate``, no
+#: ``max_matches``), 4.44 (the last of 4.41-4.44, whose assistant drafts greedily while its
+#: probabilities are taken as the law it sampled from: huggingface/transformers#32867), 4.46
+#: (the assistant with a different tokenizer), 4.57 (the last 4.x), 5.0 (``_assisted_decoding``
+#: rewritten), 5.14 (``assistant_ensemble_weight``), 5.18 (end-of-sequence handling moved to
+#: the caller), and the newest.
+RELEASES = ("4.37.2", "4.40.2", "4.44.2", "4.46.3", "4.57.6", "5.0.0", "5.14.1", "5.18.0", "5.24.0")
 
 #: Pins that keep an old release importable (transformers 4.37 predates numpy 2).
 EXTRA = {"4.37.2": ["numpy<2"]}

