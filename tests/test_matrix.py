@@ -347,7 +347,7 @@ def test_the_first_table_keeps_the_kinds_of_failure_apart():
                  high=1.0, det=0.2),
             _row("vLLM V1 rejection sampler", "PASS", setting="x; one function fixed", tv=0.0,
                  low=0.0, high=0.01, det=0.01)]
-    assert mx.exact_text(vllm, sc["vLLM, rejection sampler"]) == (
+    assert mx.exact_text(vllm, sc["vLLM rejection sampler"]) == (
         "build defect (uninitialised per-token settings on CPU): TV at least 0.93; exact to "
         "TV 0.010 once one function is fixed")
     medusa = [_row("Medusa typical acceptance", "LOSSY", tv=t, low=t - 0.1, high=1.0)
@@ -356,12 +356,18 @@ def test_the_first_table_keeps_the_kinds_of_failure_apart():
         "lossy by design (not meant to be exact): TV 0.94-0.99"
     server = [_row("llama.cpp llama-server", "PASS", interface="HTTP; every emitted token "
                    "tested", det=d) for d in (0.06, 0.061)]
-    assert mx.exact_text(server, sc["llama.cpp, llama-server"]) == \
+    assert mx.exact_text(server, sc["llama.cpp llama-server"]) == \
         "exact to TV 0.060-0.061 per token"
+    openvino = [_row("OpenVINO GenAI LLMPipeline", "PASS", interface="every emitted token tested",
+                     setting="temperature 1, no draft (reference)", det=0.028),
+                _row("OpenVINO GenAI LLMPipeline + draft_model", "FAIL",
+                     interface="every emitted token tested", setting="temperature 1", det=0.028)]
+    assert mx.exact_text(openvino, sc["OpenVINO GenAI"]) == (
+        "not exact (every sampled setting); without a draft, exact to TV 0.028 per token")
     assert mx.exact_text([_row("mlx-lm", "NOT RUN")], sc["mlx-lm"]).startswith("not run")
     with pytest.raises(ValueError, match="rows: none"):
         mx.exact_text([], sc["mlx-lm"])
     table = mx.glance(hf + vllm + medusa, mx.SCOPES)
     assert [r[0] for r in table] == ["**transformers** 4.40.2 to 5.0.0 (3 releases)",
-                                     "**vLLM, rejection sampler** 1", "**Medusa** 1"]
+                                     "**vLLM rejection sampler** 1", "**Medusa** 1"]
     assert all(len(r) == 6 for r in table)

