@@ -467,11 +467,15 @@ def test_timed_notebooks_execute_with_nothing_else_running(tmp_path):
     text = (FIXTURES / "ok.md").read_text()
     text = text.replace("  name: python3\n---", "  name: python3\nspecdec:\n  execute: alone\n---", 1)
     assert "execute: alone" in text
+    text += "\n(fx-timed-part)=\n## The second part\n\n```{code-cell} ipython3\nx = 1\n```\n"
     (root / "notebooks" / "timed.md").write_text(text.replace("fx-ok", "fx-timed"))
     write_toc(root, ["timed", "ok", "other"])      # listed first, executed last and alone
     proc = run_build(root, "--no-html", "--jobs", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "then 1 alone" in proc.stdout
+    # a long execution says which section it is in: the title heading, then the second part
+    steps = re.findall(r"^    timed: (.+) \(at \d+ (?:min \d+ )?s\)$", proc.stdout, re.M)
+    assert steps == ["Fixture: a notebook that runs", "The second part"], proc.stdout
     order = re.findall(r"^\s+executed\s+(\S+) \(", proc.stdout, re.M)
     assert order[-1] == "timed" and sorted(order[:-1]) == ["ok", "other"]
 

@@ -306,6 +306,33 @@ def _merge_streams(outputs: list) -> list:
     return merged
 
 
+def section_of_cells(nb) -> dict[str, str]:
+    """The section (the last ``#`` or ``##`` heading before it) each code cell runs in,
+    keyed by the cell's source, for the progress lines of a long execution.
+
+    >>> import nbformat.v4 as v4
+    >>> nb = v4.new_notebook(cells=[v4.new_code_cell("a = 1"),
+    ...     v4.new_markdown_cell("(sec-x)=\\n## Does it pay?\\ntext"), v4.new_code_cell("b = 2")])
+    >>> section_of_cells(nb)
+    {'a = 1': '', 'b = 2': 'Does it pay?'}
+    """
+    title, found = "", {}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if re.match(r"^#{1,2} ", line):
+                    title = line.lstrip("#").strip()
+        elif cell.cell_type == "code":
+            found.setdefault(cell.source, title)
+    return found
+
+
+def _elapsed(seconds: float) -> str:
+    """``3 min 12 s`` or ``48 s``."""
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
 def execute_notebook(task: dict) -> dict:
     """Run one notebook with papermill (in a worker process); never raises.
 
@@ -323,11 +350,23 @@ def execute_notebook(task: dict) -> dict:
     nb = jupytext.read(source, fmt="md:myst")
     nb.metadata.get("jupytext", {}).pop("cell_metadata_filter", None)  # keep every tag
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    hooks = {}
+    if task.get("alone"):       # a long, timed execution: a line as it enters each section
+        sections, current = section_of_cells(nb), [None]
+
+        def on_cell_start(cell, cell_index):
+            title = sections.get(cell.source)
+            if title and title != current[0]:
+                current[0] = title
+                print(f"    {task['name']}: {title} (at {_elapsed(time.perf_counter() - t0)})",
+                      flush=True)
+
+        hooks["on_cell_start"] = on_cell_start   # nbclient's hook, through papermill
     try:
         result = pm.execute_notebook(
             nb, str(staging), parameters=task["params"], kernel_name="python3",
             language="python", cwd=str(source.parent), progress_bar=False, log_output=False,
-            execution_timeout=task["timeout"],
+            execution_timeout=task["timeout"], **hooks,
         )
     except pm.PapermillExecutionError as exc:
         executed = nbformat.read(staging, as_version=4) if staging.exists() else None
