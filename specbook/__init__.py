@@ -16,6 +16,10 @@ imports it.
   llama.cpp's server serving the book's models; :mod:`specbook.instruments`: its
   instruments (pass timings, the sampled-text protocol, the bandwidth baseline, the context
   of a run).
+- :mod:`specbook.rule`: does the exact rule pay on this CPU? The book's decoder with and
+  without a draft (today's, or the one distilled on the large target), exactness first,
+  paired timing, its c and g, the cost model's prediction, exact acceptance per language,
+  the decoder's achieved bandwidth (Appendix F, ``benchmarks/bench_rule.py``).
 - :mod:`specbook.ch8_text`: chapter 8's comparative and causal sentences, chosen from
   the measurements.
 - :mod:`specbook.sentences`: the prose sentences of a rendered page and their word counts

@@ -85,12 +85,15 @@ ARCHS = {
     "target_wide": dict(n_layers=4, d_model=256, n_heads=4, context=128, vocab_size=256),
     # grown from the trained deep target (Net2Net, see GROWTH), then fine-tuned
     "target_large": dict(n_layers=12, d_model=384, n_heads=4, context=128, vocab_size=256),
+    # the draft distilled on target_large's own samples (DISTILL), after both exist
+    "draft_distilled": dict(n_layers=1, d_model=64, n_heads=4, context=128, vocab_size=256),
 }
 TRAINING = {
     "target": dict(steps=900, batch=32, lr=2e-3, seed=11),
     "draft": dict(steps=500, batch=32, lr=5e-3, seed=12),
     "target_wide": dict(steps=300, batch=32, lr=1.5e-3, seed=13),
     "target_large": dict(steps=60, batch=16, lr=3e-4, seed=14),
+    "draft_distilled": dict(steps=600, batch=32, lr=1e-3, seed=15),
 }
 # Function-preserving growth (Chen, Goodfellow, Shlens 2016, Net2Net): target_large starts
 # as the trained deep target widened by `widen` (every unit of the residual stream, of each
@@ -102,6 +105,27 @@ GROWTH = {"target_large": dict(base="target", widen=3, new_layers=4, noise=0.01)
 # Weights stored as float16 in the .npz (computed in float32 by specdec.nn): the large
 # target would otherwise exceed the repository's weight budget.
 STORAGE = {"target_large": "float16"}
+# Knowledge distillation of the draft on the target's own samples (DistillSpec: Zhou et
+# al. 2024, "DistillSpec: Improving speculative decoding via knowledge distillation",
+# ICLR). draft_distilled starts from the trained draft (`base`) and is fine-tuned on
+# `sequences` texts of the teacher: a `prefix_bytes` window of the training corpus (the
+# length of the book's prompts; the same number per language), continued by the teacher
+# sampling at `temperature` (1: the law the rejection rule must reproduce) up to the
+# context, with the numpy decoder (specdec.nn, KV cache, `teacher_batch` texts at a time,
+# one numpy Generator). The loss is the forward KL divergence KL(p || q) from the
+# teacher's full next-byte law p to the draft's q at every position that predicts a
+# sampled byte: the contexts a draft meets while the decoder runs (a prompt, then the
+# target's own text). Forward KL, not reverse KL: (1) the teacher's whole law is
+# available at every position (its logits come with the sample), so the soft labels cost
+# nothing more and the gradient has no sampling noise; (2) the rejection rule accepts
+# sum_x min(p, q) = 1 - TV(p, q), and a one-layer draft cannot fit the target; the
+# mode-covering forward KL keeps q's mass wherever p has some, while the mode-seeking
+# reverse KL lets a small q drop whole modes of p, whose mass the rule then forfeits;
+# (3) DistillSpec finds the best divergence task-dependent, with forward KL on the
+# teacher's samples among the best for sampling at temperature 1.
+DISTILL = {"draft_distilled": dict(base="draft", teacher="target_large", sequences=1024,
+                                   prefix_bytes=32, temperature=1.0, teacher_batch=128,
+                                   divergence="forward KL(p_target || q_draft)")}
 CORPUS_SEED = 7
 THREADS = 2
 # Reproduction tolerance, bits per byte (absolute) on the committed held-out sample. With
@@ -414,6 +438,77 @@ def batches(corpus_train: dict[str, bytes], batch: int, context: int, rng: np.ra
         yield np.stack(rows).astype(np.int64)
 
 
+def teacher_samples(corpus_train: dict[str, bytes], teacher, sequences: int,
+                    prefix_bytes: int, temperature: float, batch: int,
+                    rng: np.random.Generator, log=print) -> tuple[np.ndarray, np.ndarray]:
+    """Texts sampled by ``teacher`` and its log-law at every position that predicts a
+    sampled byte: the data of the distillation (:data:`DISTILL`).
+
+    ``sequences`` windows of ``prefix_bytes`` bytes of the training corpus (the same number
+    per language, at uniform random offsets) are continued by the teacher, sampling at
+    ``temperature`` without truncation (:class:`specdec.decode.SamplingSettings`, each
+    byte drawn by inversion of one uniform of ``rng``: :func:`specdec.verify.draw`), to
+    the teacher's context, ``batch`` texts at a time with its KV cache; the BLAS libraries
+    are held to ``THREADS`` threads, so the same seed gives the same texts on one machine.
+
+    Returns
+    -------
+    tokens : numpy.ndarray
+        Shape (sequences, context), int64: prefix then sampled bytes.
+    log_p : numpy.ndarray
+        Shape (sequences, context - prefix_bytes, 256), float32: the teacher's log-law at
+        ``temperature`` at positions ``prefix_bytes - 1`` to ``context - 2`` (the laws the
+        sampled bytes were drawn from).
+    """
+    from specdec import decode as sdec
+    from specdec.measure import limit_blas_threads
+    from specdec.verify import draw
+
+    context = teacher.config.context
+    if sequences % len(LANGUAGES) or not 1 <= prefix_bytes < context:
+        raise ValueError("sequences: a multiple of the languages; prefix_bytes: in [1, context)")
+    settings = sdec.SamplingSettings(temperature=temperature)
+    arrays = [np.frombuffer(corpus_train[lang], dtype=np.uint8) for lang in LANGUAGES]
+    per = sequences // len(LANGUAGES)
+    starts = [rng.integers(0, len(arr) - prefix_bytes, size=per) for arr in arrays]
+    tokens = np.zeros((sequences, context), dtype=np.int64)
+    for i, (arr, st) in enumerate(zip(arrays, starts)):        # language-major order
+        for j, s in enumerate(st):
+            tokens[i * per + j, :prefix_bytes] = arr[s:s + prefix_bytes]
+    log_p = np.empty((sequences, context - prefix_bytes, 256), dtype=np.float32)
+    start = time.perf_counter()
+    with limit_blas_threads(THREADS):
+        for b0 in range(0, sequences, batch):
+            rows = slice(b0, min(b0 + batch, sequences))
+            n = rows.stop - rows.start
+            cache = teacher.new_cache(n)
+            logits = teacher.forward(tokens[rows, :prefix_bytes], cache)[:, -1]
+            for k, t in enumerate(range(prefix_bytes, context)):
+                law = settings.laws(logits)                       # (n, 256) float64
+                with np.errstate(divide="ignore"):
+                    log_p[rows, k] = np.log(law)
+                tokens[rows, t] = draw(law, rng.random(n))
+                if t + 1 < context:
+                    logits = teacher.forward(tokens[rows, t:t + 1], cache)[:, -1]
+            log(f"[distil] teacher sampled {rows.stop}/{sequences} texts "
+                f"({time.perf_counter() - start:.0f} s)")
+    return tokens, log_p
+
+
+def forward_kl(student_logits, teacher_log_p):
+    """Mean over positions of KL(p || q) in nats, with ``q = softmax(student_logits)``.
+
+    Positions where the teacher gives a byte probability 0 (log-probability ``-inf``)
+    contribute nothing for that byte (``0 log 0 = 0``).
+    """
+    import torch
+    from torch.nn import functional as F
+    log_q = F.log_softmax(student_logits.float(), dim=-1)
+    p = teacher_log_p.exp()
+    safe = torch.where(p > 0, teacher_log_p, torch.zeros_like(teacher_log_p))
+    return (p * (safe - log_q)).sum(-1).mean()
+
+
 def train_one(name: str, corpus: Corpus, out: Path = MODELS_DIR, log=print) -> dict:
     import torch
     from torch.nn import functional as F
@@ -432,6 +527,21 @@ def train_one(name: str, corpus: Corpus, out: Path = MODELS_DIR, log=print) -> d
         if grown_arch != arch:
             raise ValueError(f"{name}: growth gives {grown_arch}, ARCHS says {arch}")
         from_numpy_weights(model, grown)
+    distill = DISTILL.get(name)
+    sampling_seconds = None
+    if distill is not None:                     # DistillSpec: start from the trained draft
+        from specdec import nn as snn
+        from_numpy_weights(model, snn.Transformer.load(out / f"{distill['base']}.npz",
+                                                       distill["base"]).weights)
+        teacher = snn.Transformer.load(out / f"{distill['teacher']}.npz", distill["teacher"])
+        t_sampling = time.perf_counter()
+        d_tokens, d_log_p = teacher_samples(
+            corpus.train, teacher, distill["sequences"], distill["prefix_bytes"],
+            distill["temperature"], distill["teacher_batch"],
+            np.random.default_rng([cfg["seed"], 2]), log=log)
+        sampling_seconds = time.perf_counter() - t_sampling
+        d_from = distill["prefix_bytes"] - 1    # first position predicting a sampled byte
+        del teacher
     decay = [p for n, p in model.named_parameters() if p.ndim == 2]
     other = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -444,9 +554,15 @@ def train_one(name: str, corpus: Corpus, out: Path = MODELS_DIR, log=print) -> d
     start, losses = time.perf_counter(), []
     model.train()
     for step in range(steps):
-        xy = torch.from_numpy(next(stream))
-        logits = model(xy[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, arch["vocab_size"]), xy[:, 1:].reshape(-1))
+        if distill is not None:                 # a batch of the teacher's texts
+            pick = rng.integers(0, d_tokens.shape[0], size=cfg["batch"])
+            logits = model(torch.from_numpy(d_tokens[pick, :-1]))
+            loss = forward_kl(logits[:, d_from:], torch.from_numpy(d_log_p[pick]))
+        else:
+            xy = torch.from_numpy(next(stream))
+            logits = model(xy[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, arch["vocab_size"]),
+                                   xy[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -476,8 +592,14 @@ def train_one(name: str, corpus: Corpus, out: Path = MODELS_DIR, log=print) -> d
                 windows_per_language_per_batch=cfg["batch"] // len(LANGUAGES),
                 **({"growth": dict(GROWTH[name], method="Net2Net (Chen, Goodfellow, "
                                    "Shlens 2016): widened, identity blocks appended")}
-                   if name in GROWTH else {})),
+                   if name in GROWTH else {}),
+                **({"distillation": dict(DISTILL[name], loss="forward KL, nats per position",
+                                         method="DistillSpec (Zhou et al. 2024): the "
+                                         "teacher's samples, its full next-byte law as "
+                                         "soft labels")} if name in DISTILL else {})),
                 storage=storage,
+                **({"sampling_seconds": round(sampling_seconds, 1)}
+                   if sampling_seconds is not None else {}),
                 parameters=n_params, training_seconds=round(seconds, 1),
                 final_train_loss_nats=round(float(np.mean(losses[-50:])), 4),
                 heldout_bits_per_byte_full=heldout_bpb)
