@@ -50,7 +50,7 @@ from specbook.instruments import (interleave_languages, memory_bandwidth, predic
 
 __all__ = ["HEADLINE", "DRAFTS", "rule_stream", "paired_decoder_run", "decoder_costs",
            "decoder_exactness", "measure_rule", "acceptance_by_language",
-           "decoder_bandwidth", "verdict"]
+           "decoder_bandwidth", "break_even", "verdict"]
 
 #: The headline, fixed before any run: the configuration whose speedup answers the question.
 HEADLINE = {"target": "target_large", "draft": "draft", "gamma": 4, "temperature": 1.0,
@@ -210,7 +210,7 @@ def decoder_costs(passes: dict, gamma: int) -> dict:
 def decoder_exactness(target: nn.Transformer, draft: nn.Transformer, prompts: Sequence[str],
                       *, gamma: int, temperature: float = 1.0, resolution: float = 0.02,
                       max_tokens: int = 90, false_alarm: float = 1e-6, seed,
-                      batch: int = 32) -> dict:
+                      batch: int = 32, workers: int = 2) -> dict:
     """Every token the decoder emits, tested against the target's law at its position.
 
     As chapter 8 checks the book's decoder (its ``book_pt``): the speculative decoder
@@ -218,14 +218,15 @@ def decoder_exactness(target: nn.Transformer, draft: nn.Transformer, prompts: Se
     ``batch`` at a time) as make the per-token TV ``resolution`` detectable with power 0.9
     at level ``false_alarm`` along two orderings (:func:`specdec.stats.pertoken.tokens_for`);
     the law of every position is computed from the same weights, one forward pass over
-    each response, and each token goes through the randomised probability integral
+    each response (:func:`specdec.client.tokencheck.response_law_table`, ``workers``
+    threads), and each token goes through the randomised probability integral
     transform (:func:`specdec.client.tokencheck.model_pertoken_check`).
 
     Parameters
     ----------
     target, draft : specdec.nn.Transformer
     prompts : sequence of str
-    gamma, max_tokens, batch : int
+    gamma, max_tokens, batch, workers : int
         At least 1.
     temperature : float
         > 0; decoder and check use the same law.
@@ -255,6 +256,7 @@ def decoder_exactness(target: nn.Transformer, draft: nn.Transformer, prompts: Se
     gamma = _positive_int("gamma", gamma)
     max_tokens = _positive_int("max_tokens", max_tokens)
     batch = _positive_int("batch", batch)
+    workers = _positive_int("workers", workers)
     temperature = _temperature(temperature)
     if isinstance(resolution, bool):
         raise ValueError(f"resolution: must be a real number in (0, 1] (got {resolution!r})")
@@ -273,10 +275,12 @@ def decoder_exactness(target: nn.Transformer, draft: nn.Transformer, prompts: Se
         tokens.extend(out.tokens)
     got = [tc.Response(p, k, tuple(int(x) for x in r), len(r) < max_tokens)
            for k, (p, r) in enumerate(zip(requests, tokens))]
+    table = tc.response_law_table(got, target, draft, settings=settings,
+                                  max_tokens=max_tokens, workers=workers)
     check = tc.model_pertoken_check(got, target, draft, settings=settings,
                                     max_tokens=max_tokens,
                                     rng=np.random.default_rng([*seed, 1]),
-                                    false_alarm=false_alarm).to_dict()
+                                    false_alarm=false_alarm, table=table).to_dict()
     return {**check, "requests": len(requests), "gamma": gamma, "temperature": temperature,
             "resolution": float(resolution), "seconds": time.perf_counter() - t0}
 
@@ -388,34 +392,82 @@ def measure_rule(target: str = "target_large", draft: str = "draft", *, gamma: i
             "load_before": load_before, "load_after": load()}
 
 
-def acceptance_by_language(target: nn.Transformer, draft: nn.Transformer,
+def acceptance_by_language(target: nn.Transformer, drafts: dict[str, nn.Transformer],
                            temperatures: Sequence[float] = (1.0, 0.7),
                            languages: Sequence[str] = nn.LANGUAGES) -> list[dict]:
-    """Exact expected acceptance per position of both rules, per language and temperature.
+    """Exact expected acceptance per position of both rules, per draft, language and
+    temperature.
 
     Along each language's held-out text (:func:`specdec.nn.load_heldout`, never trained
-    on), :func:`specbook.served.rule_acceptance`: ``rejection`` = mean of
+    on), as :func:`specbook.served.rule_acceptance`: ``rejection`` = mean of
     ``sum_x min(p, q) = 1 - TV(p, q)`` (a sampled draft under the rejection rule),
     ``match`` = mean of ``p(argmax q)`` (a greedy draft kept when the target's sample
     equals it), from the models' laws at each temperature: expectations, not samples.
+    Each model scores each text once (:func:`specbook.served.window_logits`).
+
+    Parameters
+    ----------
+    target : specdec.nn.Transformer
+    drafts : dict of str to specdec.nn.Transformer
+        The drafts, by name.
+    temperatures : sequence of float
+    languages : sequence of str
 
     Returns
     -------
     list of dict
-        One row per (temperature, language): ``temperature``, ``language``, ``rejection``,
-        ``match``, ``positions``.
+        One row per (draft, temperature, language), in that order: ``draft``,
+        ``temperature``, ``language``, ``rejection``, ``match``, ``positions``.
+
+    Raises
+    ------
+    ValueError
+        A language without held-out text.
     """
-    from specbook.served import rule_acceptance
+    from specbook.served import acceptance_from_logits, window_logits
 
     held = nn.load_heldout()
+    unknown = [lang for lang in languages if lang not in held]
+    if unknown:
+        raise ValueError(f"languages: {unknown} have no held-out text")
+    ctx = min([target.config.context] + [d.config.context for d in drafts.values()])
+    p_logits = {lang: window_logits(target, [held[lang]["text"]], ctx) for lang in languages}
     rows = []
-    for t in temperatures:
-        for lang in languages:
-            if lang not in held:
-                raise ValueError(f"languages: {lang!r} has no held-out text")
-            rows.append({"language": lang,
-                         **rule_acceptance(target, draft, [held[lang]["text"]], t)})
+    for name, draft in drafts.items():
+        q_logits = {lang: window_logits(draft, [held[lang]["text"]], ctx)
+                    for lang in languages}
+        for t in temperatures:
+            for lang in languages:
+                rows.append({"draft": name, "language": lang, **acceptance_from_logits(
+                    p_logits[lang], q_logits[lang], t)})
     return rows
+
+
+def break_even(tokens_per_pass: float, c: float, g: float, gamma: int) -> dict:
+    """What each term of ``E / (g + c gamma)`` would have to be, the others fixed, for the
+    cost model to reach break-even (1.0).
+
+    Returns
+    -------
+    dict
+        ``E`` (``g + c gamma``), ``acceptance`` (the acceptance per drafted token that gives
+        that E, ``(g + c gamma - 1) / gamma``, at most 1 only when reachable), ``g``
+        (``E - c gamma``) and ``c`` (``(E - g) / gamma``; negative: no draft is cheap
+        enough), and ``predicted`` (the model's value now).
+
+    Examples
+    --------
+    >>> out = break_even(2.4, 0.05, 2.5, 4)
+    >>> round(out["E"], 2), round(out["acceptance"], 3), round(out["g"], 2), round(out["c"], 3)
+    (2.7, 0.425, 2.2, -0.025)
+    """
+    gamma = _positive_int("gamma", gamma)
+    for name, value in (("tokens_per_pass", tokens_per_pass), ("c", c), ("g", g)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: must be a finite number > 0 (got {value!r})")
+    cost = g + c * gamma
+    return {"E": cost, "acceptance": (cost - 1.0) / gamma, "g": tokens_per_pass - c * gamma,
+            "c": (tokens_per_pass - g) / gamma, "predicted": tokens_per_pass / cost}
 
 
 def decoder_bandwidth(target: str = "target_large", *, steps: int = 64, prompt_bytes: int = 32,

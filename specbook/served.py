@@ -47,7 +47,8 @@ from specbook.instruments import (COST_ESTIMATOR, HEADLINE, first_token_times, i
                           memory_bandwidth, pass_times, predicted_speedup, run_context, step_times,
                           sampled_protocol, weight_bytes, window_costs)
 
-__all__ = ["load_engine", "rule_acceptance", "pertoken_exactness", "ServedStudy",
+__all__ = ["load_engine", "rule_acceptance", "window_logits", "acceptance_from_logits",
+           "pertoken_exactness", "ServedStudy",
            "run_served_study", "ScaleStudy", "run_scale_study"]
 
 
@@ -76,23 +77,39 @@ def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequen
       target's own sample equals it: acceptance ``p[argmax q]``.
 
     At temperature 0 both are ``1[argmax p == argmax q]``. Returns the means over
-    positions and the number of positions.
+    positions and the number of positions (:func:`acceptance_from_logits` on
+    :func:`window_logits` of both models).
     """
-    settings = dec.SamplingSettings(temperature=temperature)
-    match, rejection = [], []
-    ctx = min(target.config.context, draft.config.context)
+    return acceptance_from_logits(window_logits(target, texts, draft.config.context),
+                                  window_logits(draft, texts, target.config.context),
+                                  temperature)
+
+
+def window_logits(model: nn.Transformer, texts: Sequence[str],
+                  context: int | None = None) -> np.ndarray:
+    """The model's next-byte logits at every position of ``texts``, shape (positions, V).
+
+    Each text is cut into consecutive windows of ``min(model context, context)`` bytes,
+    each scored from its own start; a last window of one byte predicts nothing and is
+    dropped (the positions :func:`rule_acceptance` averages over)."""
+    ctx = min(model.config.context, context or model.config.context)
+    out = []
     for text in texts:
         tokens = nn.encode(text)
         for s in range(0, max(tokens.size - 1, 1), ctx):
             window = tokens[s:s + ctx]
-            if window.size < 2:
-                continue
-            p = settings.laws(target.forward(window[None])[0])
-            q = settings.laws(draft.forward(window[None])[0])
-            greedy = np.argmax(q, axis=1)
-            match.append(p[np.arange(len(p)), greedy])
-            rejection.append(np.minimum(p, q).sum(axis=1))
-    match, rejection = np.concatenate(match), np.concatenate(rejection)
+            if window.size >= 2:
+                out.append(model.forward(window[None])[0])
+    return np.concatenate(out)
+
+
+def acceptance_from_logits(target_logits: np.ndarray, draft_logits: np.ndarray,
+                           temperature: float) -> dict:
+    """:func:`rule_acceptance` from both models' logits at the same positions (N, V)."""
+    settings = dec.SamplingSettings(temperature=temperature)
+    p, q = settings.laws(target_logits), settings.laws(draft_logits)
+    match = p[np.arange(len(p)), np.argmax(q, axis=1)]
+    rejection = np.minimum(p, q).sum(axis=1)
     return {"temperature": temperature, "match": float(match.mean()),
             "rejection": float(rejection.mean()), "positions": int(match.size)}
 

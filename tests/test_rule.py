@@ -138,18 +138,35 @@ def test_measure_rule_checks_first_then_times_and_predicts_with_the_cost_model(m
 
 def test_acceptance_by_language_is_rule_acceptance_on_each_language():
     t, d = _tiny(0, 2, context=64), _tiny(1, context=64)
-    rows = rule.acceptance_by_language(t, d, temperatures=(1.0, 0.7), languages=("en", "zh"))
-    assert [(r["temperature"], r["language"]) for r in rows] == \
-        [(1.0, "en"), (1.0, "zh"), (0.7, "en"), (0.7, "zh")]
+    rows = rule.acceptance_by_language(t, {"d": d, "t": t}, temperatures=(1.0, 0.7),
+                                       languages=("en", "zh"))
+    assert [(r["draft"], r["temperature"], r["language"]) for r in rows] == \
+        [(name, temp, lang) for name in ("d", "t") for temp in (1.0, 0.7)
+         for lang in ("en", "zh")]
     held = nn.load_heldout()
     want = rule_acceptance(t, d, [held["zh"]["text"]], 0.7)
-    assert rows[3] == {"language": "zh", **want}
-    for r in rows:            # p(argmax q) <= max p and sum min(p, q) <= 1
+    assert rows[3] == {"draft": "d", "language": "zh", **want}
+    for r in rows:                  # p(argmax q) <= 1 and sum min(p, q) <= 1
         assert 0 <= r["match"] <= 1 and 0 <= r["rejection"] <= 1
-    same = rule.acceptance_by_language(t, t, temperatures=(0.7,), languages=("en",))
-    assert same[0]["rejection"] == pytest.approx(1.0)                   # a perfect draft
-    with pytest.raises(ValueError, match="^languages: 'xx'"):
-        rule.acceptance_by_language(t, d, languages=("xx",))
+    assert all(r["rejection"] == pytest.approx(1.0) for r in rows[4:])   # a perfect draft
+    with pytest.raises(ValueError, match="^languages: \\['xx'\\]"):
+        rule.acceptance_by_language(t, {"d": d}, languages=("xx",))
+
+
+@hsettings(max_examples=50, deadline=None)
+@given(e=st.floats(1, 5), c=st.floats(0.001, 0.5), g=st.floats(1, 4),
+       gamma=st.integers(1, 8))
+def test_break_even_terms_each_make_the_cost_model_one(e, c, g, gamma):
+    out = rule.break_even(e, c, g, gamma)
+    assert out["predicted"] == pytest.approx(e / (g + c * gamma))
+    assert out["E"] / (g + c * gamma) == pytest.approx(1.0)
+    assert 1 + gamma * out["acceptance"] == pytest.approx(out["E"])
+    if out["g"] > 0:
+        assert e / (out["g"] + c * gamma) == pytest.approx(1.0)
+    if out["c"] > 0:
+        assert e / (g + out["c"] * gamma) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="^c: must be a finite number > 0"):
+        rule.break_even(e, 0.0, g, gamma)
 
 
 def test_decoder_bandwidth_is_weight_bytes_over_the_step():
