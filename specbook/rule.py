@@ -50,7 +50,8 @@ from specbook.instruments import (interleave_languages, memory_bandwidth, predic
 
 __all__ = ["HEADLINE", "DRAFTS", "rule_stream", "paired_decoder_run", "decoder_costs",
            "decoder_exactness", "measure_rule", "acceptance_by_language",
-           "decoder_bandwidth", "break_even", "verdict"]
+           "decoder_bandwidth", "break_even", "verdict",
+           "against_break_even", "break_even_text"]
 
 #: The headline, fixed before any run: the configuration whose speedup answers the question.
 HEADLINE = {"target": "target_large", "draft": "draft", "gamma": 4, "temperature": 1.0,
@@ -443,64 +444,118 @@ def acceptance_by_language(target: nn.Transformer, drafts: dict[str, nn.Transfor
     return rows
 
 
-def break_even(tokens_per_pass: float, c: float, g: float, gamma: int) -> dict:
-    """What each term of ``E / (g + c gamma)`` would have to be, the others fixed, for the
-    cost model to reach break-even (1.0).
+def break_even(tokens_per_pass: float, c: float, g: float, gamma: int,
+               measured: float | None = None) -> dict:
+    """What each term of the cycle would have to be, the others fixed, for break-even.
+
+    The cost model prices a cycle at ``g + c gamma`` target steps for ``E`` tokens. Given
+    the ``measured`` speedup ``S``, the cycle really cost ``E / S`` steps: the rest,
+    ``overhead = E / S - g - c gamma`` steps, is work outside the timed passes (sampling,
+    the acceptance test, rolling back the caches, Python), negative when the passes timed
+    in situ cost more than the run shows. Without ``measured`` the overhead is 0 (the cost
+    model alone). Break-even needs ``E = g + c gamma + overhead``.
 
     Returns
     -------
     dict
-        ``E`` (``g + c gamma``), ``acceptance`` (the acceptance per drafted token that gives
-        that E, ``(g + c gamma - 1) / gamma``, at most 1 only when reachable), ``g``
-        (``E - c gamma``) and ``c`` (``(E - g) / gamma``; negative: no draft is cheap
-        enough), and ``predicted`` (the model's value now).
+        ``E`` (the tokens per target pass needed), ``acceptance`` (the acceptance per
+        drafted token giving it, ``(E - 1) / gamma``), ``g`` (``E - c gamma - overhead``
+        with today's E), ``c`` (``(E - g - overhead) / gamma``; negative: no draft is cheap
+        enough), ``overhead`` and ``predicted`` (the cost model's ``E / (g + c gamma)``).
+
+    Raises
+    ------
+    ValueError
+        A term that is not a finite positive number.
 
     Examples
     --------
     >>> out = break_even(2.4, 0.05, 2.5, 4)
     >>> round(out["E"], 2), round(out["acceptance"], 3), round(out["g"], 2), round(out["c"], 3)
     (2.7, 0.425, 2.2, -0.025)
+    >>> round(break_even(2.4, 0.05, 2.5, 4, measured=0.8)["overhead"], 2)   # 2.4/0.8 - 2.7
+    0.3
     """
     gamma = _positive_int("gamma", gamma)
-    for name, value in (("tokens_per_pass", tokens_per_pass), ("c", c), ("g", g)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+    named = [("tokens_per_pass", tokens_per_pass), ("c", c), ("g", g)]
+    if measured is not None:
+        named.append(("measured", measured))
+    for name, value in named:
+        if isinstance(value, bool) or not (isinstance(value, (int, float))
+                                           and math.isfinite(value) and value > 0):
             raise ValueError(f"{name}: must be a finite number > 0 (got {value!r})")
-    cost = g + c * gamma
-    return {"E": cost, "acceptance": (cost - 1.0) / gamma, "g": tokens_per_pass - c * gamma,
-            "c": (tokens_per_pass - g) / gamma, "predicted": tokens_per_pass / cost}
+    model = g + c * gamma
+    overhead = 0.0 if measured is None else tokens_per_pass / measured - model
+    need = model + overhead
+    return {"E": need, "acceptance": (need - 1.0) / gamma,
+            "g": tokens_per_pass - c * gamma - overhead,
+            "c": (tokens_per_pass - g - overhead) / gamma, "overhead": overhead,
+            "predicted": tokens_per_pass / model}
 
 
 def decoder_bandwidth(target: str = "target_large", *, steps: int = 64, prompt_bytes: int = 32,
-                      threads: int | None = 1, megabytes: int = 256, repeats: int = 5) -> dict:
-    """The decoder's achieved bandwidth: weights read per step over the time per step.
+                      gamma: int = 4, threads: int | None = 1, megabytes: int = 256,
+                      repeats: int = 5) -> dict:
+    """The decoder's achieved bandwidth, and the share of its step spent in weight products.
 
     One request of ``steps`` tokens (:func:`specdec.decode.autoregressive`, temperature
     1, seed 0) after the first ``prompt_bytes`` bytes of a held-out prompt, BLAS held to
     ``threads``; the step is the mean in-situ time of its target steps
-    (``pass_seconds["target"] / target_passes``). A step reads every weight
-    once in float32 (:func:`specbook.instruments.weight_bytes`), so
-    ``achieved = weight bytes / step``; beside it the machine's one-thread read bandwidth
-    (:func:`specbook.instruments.memory_bandwidth`, median repeat).
+    (``pass_seconds["target"] / target_passes``). A step reads every weight once in
+    float32 (:func:`specbook.instruments.weight_bytes`), so ``achieved = weight bytes /
+    step``; beside it the machine's one-thread read bandwidth
+    (:func:`specbook.instruments.memory_bandwidth`, median repeat), and the time of the
+    step's matrix products alone (one position through every weight matrix and the tied
+    head, the median of ``repeats`` rounds of ``steps`` products): what a step would take
+    if everything around the products (layer norms, attention over the cache, Python) were
+    free; and the same products for ``gamma + 1`` positions at once, over the one-position
+    products (``products_g``: the verification pass's g if only the products counted).
 
     Returns
     -------
     dict
-        ``step_ms``, ``weight_bytes``, ``achieved_gbs``, ``read_gbs`` (median),
-        ``share`` (achieved over read).
+        ``step_ms``, ``products_ms``, ``products_share`` (products over step),
+        ``weight_bytes``, ``achieved_gbs``, ``products_gbs`` (weight bytes over the products'
+        time), ``products_g``, ``read_gbs`` (median), ``share`` (achieved over read),
+        ``gamma``, ``threads``.
+
+    Raises
+    ------
+    ValueError
+        ``steps`` below 2, ``gamma`` or ``repeats`` below 1.
     """
     steps = _positive_int("steps", steps, 2)
+    gamma = _positive_int("gamma", gamma)
+    repeats = _positive_int("repeats", repeats)
     model = nn.load_model(target)
     prompt = nn.load_heldout()[nn.LANGUAGES[0]]["prompts"][0].encode()[:prompt_bytes]
+    w = model.weights
+    mats = [w[f"blocks.{i}.{k}.weight"] for i in range(model.config.n_layers)
+            for k in ("qkv", "proj", "fc", "out")] + [np.ascontiguousarray(w["tok_emb.weight"].T)]
+    one = [np.ones((1, m.shape[0]), np.float32) for m in mats]
+    block = [np.ones((gamma + 1, m.shape[0]), np.float32) for m in mats]
     with limit_blas_threads(threads):
         out = dec.autoregressive(model, [prompt], steps, np.random.default_rng(0),
                                  dec.SamplingSettings(temperature=1.0))
+        rounds = {1: [], gamma + 1: []}
+        for _ in range(repeats):                  # the two sizes alternate: same load
+            for rows in (one, block):
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    for x, m in zip(rows, mats):
+                        x @ m
+                rounds[rows[0].shape[0]].append((time.perf_counter() - t0) / steps)
         bw = memory_bandwidth(megabytes=megabytes, repeats=repeats)
     step = out.pass_seconds["target"] / out.pass_seconds["target_passes"]
+    products = float(np.median(rounds[1]))
     wb = weight_bytes(model)
     achieved = wb / step / 1e9
-    return {"target": target, "step_ms": 1e3 * step, "weight_bytes": wb,
-            "achieved_gbs": achieved, "read_gbs": bw["read_gbs_median"],
-            "share": achieved / bw["read_gbs_median"], "threads": threads}
+    return {"target": target, "step_ms": 1e3 * step, "products_ms": 1e3 * products,
+            "products_share": products / step, "weight_bytes": wb, "achieved_gbs": achieved,
+            "products_gbs": wb / products / 1e9,
+            "products_g": float(np.median(rounds[gamma + 1])) / products,
+            "read_gbs": bw["read_gbs_median"], "share": achieved / bw["read_gbs_median"],
+            "gamma": gamma, "threads": threads}
 
 
 def verdict(speedup: dict) -> str:
@@ -510,3 +565,44 @@ def verdict(speedup: dict) -> str:
     where = ("faster than plain decoding" if lo > 1 else "slower than plain decoding" if hi < 1
              else "not distinguishable from break-even")
     return f"{s:.2f}x (95% interval {lo:.2f}-{hi:.2f}): {where}"
+
+
+def against_break_even(low: float, high: float) -> str:
+    """``faster``, ``slower`` or ``not distinguishable`` from plain decoding, by a 95%
+    interval against 1.0."""
+    return "slower" if high < 1 else "faster" if low > 1 else "not distinguishable"
+
+
+def break_even_text(run: dict) -> str:
+    """One sentence: does the measured speedup of ``run`` (:func:`measure_rule`) clear
+    break-even, and if not, what each term of the cycle would have to be, with the work
+    outside the timed passes as measured (:func:`break_even` with ``measured``).
+
+    Examples
+    --------
+    >>> run = {"speedup": {"speedup": 0.8, "low": 0.75, "high": 0.85}, "gamma": 4,
+    ...        "tokens_per_pass": 2.4, "acceptance": 0.35, "costs": {"c": 0.05, "g": 2.5}}
+    >>> break_even_text(run)  # doctest: +NORMALIZE_WHITESPACE
+    'it loses (0.80×, 95% interval 0.75 to 0.85): a cycle cost 3.00 target steps for 2.40
+    tokens (g 2.50, c γ 0.20, other work 0.30); to break even, E would have to rise to 3.00
+    tokens per target pass (acceptance per drafted token 0.500, against 0.350), or g fall
+    to 1.90 target steps, or c to -0.100 (no draft is cheap enough)'
+    """
+    s = run["speedup"]
+    side = against_break_even(s["low"], s["high"])
+    head = f"{s['speedup']:.2f}×, 95% interval {s['low']:.2f} to {s['high']:.2f}"
+    if side == "faster":
+        return f"it pays ({head})"
+    gamma, c, g, e = run["gamma"], run["costs"]["c"], run["costs"]["g"], run["tokens_per_pass"]
+    need = break_even(e, c, g, gamma, measured=s["speedup"])
+    verb = "loses" if side == "slower" else "does not clear break-even"
+    return (f"it {verb} ({head}): a cycle cost {e / s['speedup']:.2f} target steps for "
+            f"{e:.2f} tokens (g {g:.2f}, c γ {c * gamma:.2f}, other work "
+            f"{need['overhead']:.2f}); to break even, E would have to rise to {need['E']:.2f} "
+            f"tokens per target pass (acceptance per drafted token {need['acceptance']:.3f}, "
+            f"against {run['acceptance']:.3f}"
+            + ("; more than γ + 1 allows" if need["E"] > gamma + 1 else "") + "), "
+            + (f"or g fall to {need['g']:.2f} target steps" if need["g"] > 0
+               else "and no verification pass is cheap enough")
+            + (f", or c to {need['c']:.3f}" if need["c"] > 0
+               else f", or c to {need['c']:.3f} (no draft is cheap enough)"))

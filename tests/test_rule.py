@@ -157,6 +157,9 @@ def test_acceptance_by_language_is_rule_acceptance_on_each_language():
 @given(e=st.floats(1, 5), c=st.floats(0.001, 0.5), g=st.floats(1, 4),
        gamma=st.integers(1, 8))
 def test_break_even_terms_each_make_the_cost_model_one(e, c, g, gamma):
+    measured = rule.break_even(e, c, g, gamma, measured=0.9)
+    assert measured["overhead"] == pytest.approx(e / 0.9 - g - c * gamma)
+    assert measured["E"] == pytest.approx(e / 0.9)          # the cycle as the run priced it
     out = rule.break_even(e, c, g, gamma)
     assert out["predicted"] == pytest.approx(e / (g + c * gamma))
     assert out["E"] / (g + c * gamma) == pytest.approx(1.0)
@@ -170,10 +173,13 @@ def test_break_even_terms_each_make_the_cost_model_one(e, c, g, gamma):
 
 
 def test_decoder_bandwidth_is_weight_bytes_over_the_step():
-    out = rule.decoder_bandwidth("draft", steps=8, megabytes=16, repeats=1)
+    out = rule.decoder_bandwidth("draft", steps=8, gamma=2, megabytes=16, repeats=1)
+    assert out["gamma"] == 2 and out["products_g"] > 0
     assert out["weight_bytes"] == 4 * nn.load_model("draft").n_parameters
     assert out["achieved_gbs"] == pytest.approx(out["weight_bytes"] / out["step_ms"] / 1e6)
     assert out["share"] == pytest.approx(out["achieved_gbs"] / out["read_gbs"])
+    assert out["products_share"] == pytest.approx(out["products_ms"] / out["step_ms"])
+    assert out["products_gbs"] == pytest.approx(out["weight_bytes"] / out["products_ms"] / 1e6)
     with pytest.raises(ValueError, match="^steps: must be an integer >= 2"):
         rule.decoder_bandwidth("draft", steps=1)
 
@@ -243,3 +249,34 @@ def test_forward_kl_is_the_kl_divergence_from_the_teacher(seed, zero):
     assert got == pytest.approx(want, rel=1e-6, abs=1e-7) and got >= -1e-7  # float32 logits
     assert float(tm.forward_kl(torch.tensor(np.where(p > 0, log_p, -1e30)),
                                torch.tensor(log_p))) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_break_even_text_says_pays_or_what_would_have_to_change():
+    run = {"speedup": {"speedup": 1.3, "low": 1.2, "high": 1.4}, "gamma": 4,
+           "tokens_per_pass": 3.0, "acceptance": 0.5, "costs": {"c": 0.05, "g": 2.0}}
+    assert rule.break_even_text(run) == "it pays (1.30×, 95% interval 1.20 to 1.40)"
+    run["speedup"] = {"speedup": 0.98, "low": 0.9, "high": 1.05}
+    text = rule.break_even_text(run)
+    assert text.startswith("it does not clear break-even (0.98×")
+    # a cycle cost 3 / 0.98 steps: 2.2 in the passes, the rest other work
+    assert "a cycle cost 3.06 target steps for 3.00 tokens (g 2.00, c γ 0.20, other " \
+        "work 0.86)" in text and "E would have to rise to 3.06" in text
+    assert [rule.against_break_even(*x) for x in ((0.8, 0.9), (1.1, 1.2), (0.9, 1.1))] == \
+        ["slower", "faster", "not distinguishable"]
+
+
+def test_the_distilled_draft_is_today_draft_shape_recorded_and_reproducible_on_the_sample():
+    manifest = nn.load_manifest()["models"]
+    info = manifest["draft_distilled"]
+    assert info["architecture"] == manifest["draft"]["architecture"]
+    assert info["parameters"] == manifest["draft"]["parameters"]
+    dist = info["training"]["distillation"]
+    assert (dist["base"], dist["teacher"], dist["temperature"]) == \
+        ("draft", "target_large", 1.0)
+    assert dist["divergence"].startswith("forward KL")
+    model = nn.load_model("draft_distilled")
+    held = nn.load_heldout()
+    for lang in nn.LANGUAGES:          # the manifest's bits per byte, recomputed
+        got = nn.bits_per_byte(model, held[lang]["text"].encode())
+        assert got == pytest.approx(info["sample_bits_per_byte"][lang], abs=1e-4)
+        assert got < manifest["draft"]["sample_bits_per_byte"][lang]   # closer to the data
