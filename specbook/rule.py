@@ -358,7 +358,8 @@ def measure_rule(target: str = "target_large", draft: str = "draft", *, gamma: i
                                   temperature=temperature, resolution=resolution,
                                   max_tokens=check_tokens, false_alarm=false_alarm,
                                   seed=[seed, 7])
-        log(f"exactness: {exact['message']} ({exact['seconds']:.0f} s)")
+        log(f"exactness: {'passed' if exact['passed'] else 'FAILED'}, detectable per-token TV "
+            f"{exact['detectable_tv']:.3f} ({exact['seconds']:.0f} s) {exact['message']}")
         if not exact["passed"]:
             raise RuntimeError(f"the decoder failed its exactness check: {exact['message']}")
     with limit_blas_threads(threads):

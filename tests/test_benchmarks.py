@@ -151,3 +151,20 @@ def test_bench_rule_runs_as_make_bench_runs_it():
                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert done.returncode == 2, done.stderr
     assert "gamma: must be an integer >= 1 (got 0)" in done.stderr
+
+
+def test_bench_rule_reports_every_draft_after_its_exactness_check(capsys, tmp_path):
+    br = _bench_rule()
+    out_json = tmp_path / "rule.json"
+    code = br.main(["--target", "target", "--drafts", "draft,draft_distilled", "--gamma", "2",
+                    "--prompts-per-language", "1", "--repeats", "1", "--max-new-tokens", "6",
+                    "--resolution", "0.5", "--json", str(out_json)])
+    assert code == 0
+    text = capsys.readouterr().out
+    heads = [l for l in text.splitlines() if l.startswith("exact rule,")]
+    assert [h.split(" with ")[1].split(",")[0] for h in heads] == ["draft", "draft_distilled"]
+    assert text.count("  exactness: pass") == 2 and text.count("mixed-language stream:") == 2
+    import json
+    saved = json.loads(out_json.read_text())
+    assert [r["draft"] for r in saved] == ["draft", "draft_distilled"]
+    assert all(r["exactness"]["passed"] for r in saved)
