@@ -130,7 +130,8 @@ def test_measure_rule_checks_first_then_times_and_predicts_with_the_cost_model(m
     assert 1 <= out["tokens_per_pass"] <= 3                            # E <= gamma + 1
     # a decoder that fails its check is never timed
     monkeypatch.setattr(rule, "decoder_exactness",
-                        lambda *a, **k: {"passed": False, "message": "moved", "seconds": 0})
+                        lambda *a, **k: {"passed": False, "message": "moved", "seconds": 0,
+                                         "detectable_tv": 0.1})
     with pytest.raises(RuntimeError, match="failed its exactness check: moved"):
         rule.measure_rule("target", "draft", gamma=2, prompts_per_language=1, repeats=1,
                           max_new_tokens=6)
