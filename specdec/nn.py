@@ -511,8 +511,8 @@ def load_manifest(models_dir: str | Path | None = None) -> dict:
 
 
 def load_model(name: str, models_dir: str | Path | None = None) -> Transformer:
-    """Load a committed model by name: ``"target"``, ``"draft"``, ``"target_wide"`` or
-    ``"target_large"`` (the deep target grown by Net2Net and fine-tuned, float16 on disk).
+    """Load a committed model by name: ``"target"``, ``"draft"``, ``"draft_distilled"``,
+    ``"target_wide"`` or ``"target_large"`` (Net2Net-grown, float16 on disk).
 
     Examples
     --------

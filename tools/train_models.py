@@ -15,7 +15,8 @@ Steps (each can be run alone, see ``--help``):
     of the item text, and write ``specdec/data/models/heldout.json`` (a few KB of held-out text and
     prompts per language).
 ``train``
-    Train the four models with fixed seeds on two CPU threads and write
+    Train the five models with fixed seeds on two CPU threads (the distilled draft last:
+    it needs the draft and the large target, see ``DISTILL``) and write
     ``specdec/data/models/<name>.npz``.
 ``manifest``
     Write ``specdec/data/models/manifest.json``: architecture, shapes, parameter counts, training
