@@ -40,9 +40,9 @@ specdec exactness {reported,model} --endpoint URL [options]: test every token a 
 emits against the law it should have been drawn from (randomised PIT, Holm).
 
   reported  the server's own log-probabilities (any OpenAI-compatible server that returns
-            them): at --temperature 1, or with --post-sampling-probs on llama.cpp below 1;
-            vLLM reports the processed law only when started with
-            --logprobs-mode processed_logprobs.
+            them): at --temperature 1; below 1, --post-sampling-probs on llama.cpp,
+            or --processed-logprobs on vLLM started with --logprobs-mode
+            processed_logprobs.
   model     the laws computed with the book's models (--target, --draft) for the book's
             own llama-server; --baseline is a plain server of the same target, on which
             the numerical disagreement is measured.

@@ -644,6 +644,21 @@ def test_cli_exactness_reported_passes_an_exact_server_and_fails_a_biased_one(
         assert "mean PIT along 'target'" in printed and "as if sampled colder" in printed
 
 
+def test_cli_exactness_below_temperature_1_on_a_server_reporting_the_processed_law(
+        tmp_path, capsys):
+    """vLLM started with --logprobs-mode processed_logprobs reports the law after its
+    temperature: --processed-logprobs tests it at 0.7 without llama.cpp's request field."""
+    law = _tempered(_chain(), 0.7)           # what the server samples from and reports
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"xx": ["one", "two"]}))
+    argv = ["--prompts", str(prompts), "--exactness", "reported", "--temperature", "0.7",
+            "--processed-logprobs", "--requests", "60", "--max-tokens", "30",
+            "--top-logprobs", "3", "--no-progress", "--out", str(tmp_path / "r.json")]
+    with ScriptedServer(Script(law=law, stop=5)) as url:
+        assert cli(["--endpoint", url, *argv]) == 0
+    assert "per-token exactness: pass" in capsys.readouterr().out
+
+
 def test_cli_exactness_errors(tmp_path, capsys):
     prompts = tmp_path / "p.json"
     prompts.write_text(json.dumps({"xx": ["one"]}))
@@ -655,6 +670,14 @@ def test_cli_exactness_errors(tmp_path, capsys):
     for argv, flag in ((["--exactness", "reported", "--temperature", "0"], "--temperature"),
                        (["--exactness", "reported", "--temperature", "0.7"],
                         "--post-sampling-probs"),
+                       (["--exactness", "reported", "--temperature", "0.7"],
+                        "--processed-logprobs"),
+                       (["--exactness", "reported", "--temperature", "0.7",
+                         "--processed-logprobs", "--post-sampling-probs"],
+                        "--processed-logprobs: not with"),
+                       (["--exactness", "model", "--temperature", "1", "--target", "target",
+                         "--tolerance", "0", "--processed-logprobs"],
+                        "--processed-logprobs: only with"),
                        (["--exactness", "reported", "--temperature", "1", "--target", "t"],
                         "--target"),
                        (["--exactness", "model", "--temperature", "1"], "--target"),

@@ -18,7 +18,8 @@ probability integral transform, a mean test per ordering, Holm). ``--exactness r
 works with any OpenAI-compatible server that returns log-probabilities: the law of each
 position is the reported top ``--top-logprobs`` tokens with the rest pooled, ordered by the
 reported probability; sample at ``--temperature 1`` (servers report the raw law) or give
-``--post-sampling-probs`` (llama.cpp reports the law after its sampling chain).
+``--post-sampling-probs`` (llama.cpp reports the law after its sampling chain) or
+``--processed-logprobs`` (vLLM started with ``--logprobs-mode processed_logprobs``).
 ``--exactness model`` computes the laws with the book's models (``--target``, ``--draft``)
 for the book's own llama-server (``python tools/engine.py serve``); the numerical
 disagreement between numpy and the engine is measured on ``--baseline`` (a plain server of
@@ -116,6 +117,10 @@ def parser(prog: str = "python -m specdec.client") -> argparse.ArgumentParser:
     g.add_argument("--post-sampling-probs", action="store_true",
                    help="reported: ask llama.cpp for the law after its sampling chain "
                         "(needed at a temperature other than 1)")
+    g.add_argument("--processed-logprobs", action="store_true",
+                   help="reported: the server already reports the law after temperature "
+                        "and truncation (vLLM started with --logprobs-mode "
+                        "processed_logprobs), so any --temperature can be tested")
     g.add_argument("--target", help="model: the book's target model (e.g. target)")
     g.add_argument("--draft", help="model: the book's draft model (adds the draft/target "
                                    "ordering)")
@@ -324,17 +329,25 @@ def _exactness(args, argv) -> int:
             for flag in ("--target", "--draft", "--top-k"):
                 if getattr(args, flag[2:].replace("-", "_")) is not None:
                     raise ValueError(f"{flag}: only with --exactness model")
-            if args.temperature != 1 and not args.post_sampling_probs:
+            if args.post_sampling_probs and args.processed_logprobs:
+                raise ValueError("--processed-logprobs: not with --post-sampling-probs "
+                                 "(one is vLLM's server setting, the other llama.cpp's "
+                                 "request field)")
+            if args.temperature != 1 and not (args.post_sampling_probs
+                                              or args.processed_logprobs):
                 raise ValueError(f"--temperature {args.temperature:g}: servers report the "
-                                 "raw law (temperature 1); give --post-sampling-probs "
-                                 "(llama.cpp) or --temperature 1")
+                                 "raw law (temperature 1) by default; give "
+                                 "--post-sampling-probs (llama.cpp), --processed-logprobs "
+                                 "(vLLM with --logprobs-mode processed_logprobs) or "
+                                 "--temperature 1")
             models = (None, None)
         else:
             if args.target is None:
                 raise ValueError("--target: --exactness model needs the book's target "
                                  "model (e.g. --target target)")
-            if args.post_sampling_probs:
-                raise ValueError("--post-sampling-probs: only with --exactness reported")
+            for flag in ("--post-sampling-probs", "--processed-logprobs"):
+                if getattr(args, flag[2:].replace("-", "_")):
+                    raise ValueError(f"{flag}: only with --exactness reported")
             if args.tolerance is None and base is None:
                 raise ValueError("--tolerance: give it, or --baseline URL (a plain server "
                                  "of the same target) to measure it")
