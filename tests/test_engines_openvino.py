@@ -176,7 +176,7 @@ def test_the_stored_summary_reads_as_matrix_rows():
     from specdec.conformance import matrix as mx
 
     summary = json.loads((ROOT / "reports" / "openvino-genai-summary-seed2026.json").read_text())
-    rows = mx.openvino_rows(summary, rule="black box")
+    rows = mx.engine_rows("openvino", summary, rule="black box")
     assert [r.verdict for r in rows] == ["PASS", "FAIL", "FAIL", "FAIL", "FAIL", "ABORTS"]
     assert rows[0].detectable_tv < 0.03 and rows[0].trials == 20000
     assert all(r.control.endswith("FAIL, as it must") for r in rows[1:5])

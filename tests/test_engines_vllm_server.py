@@ -313,7 +313,7 @@ SUMMARY = {
 
 
 def test_vllm_server_rows_one_per_setting_with_the_control_on_every_row():
-    rows = mx.vllm_server_rows(SUMMARY, report="reports/vllm-expand-cpu.md")
+    rows = mx.engine_rows("vllm_server", SUMMARY, report="reports/vllm-expand-cpu.md")
     assert [r.implementation for r in rows] == [
         "vLLM OpenAI server", "vLLM OpenAI server + n-gram", "vLLM OpenAI server + draft model",
         "vLLM OpenAI server + draft model", "vLLM OpenAI server + n-gram"]
@@ -337,7 +337,7 @@ def test_vllm_server_rows_one_per_setting_with_the_control_on_every_row():
     as_json["settings"]["draft_model"]["error"] = (
         'request 0 (seed 1) to http://127.0.0.1:9/v1/completions: HTTP 400: {"error":'
         '{"message":"Out of range float values are not JSON compliant","code":400}}')
-    assert mx.vllm_server_rows(as_json, report="r")[3].note.startswith(
+    assert mx.engine_rows("vllm_server", as_json, report="r")[3].note.startswith(
         "requests refused, no token tested: HTTP 400: Out of range float values are not JSON "
         "compliant (r)")
     assert fixed.verdict == "PASS" and "FIXED COPY" in fixed.setting
@@ -353,13 +353,13 @@ def test_vllm_server_rows_one_per_setting_with_the_control_on_every_row():
 
 def test_vllm_server_rows_refuse_an_empty_or_malformed_summary():
     with pytest.raises(ValueError, match=r"summary\['settings'\]: empty"):
-        mx.vllm_server_rows({**SUMMARY, "settings": {}}, report="r")
+        mx.engine_rows("vllm_server", {**SUMMARY, "settings": {}}, report="r")
     bad = json.loads(json.dumps(SUMMARY))
     bad["settings"]["plain"]["passed"] = "True"
     with pytest.raises(ValueError, match=r"plain\['passed'\]: must be a bool"):
-        mx.vllm_server_rows(bad, report="r")
+        mx.engine_rows("vllm_server", bad, report="r")
     with pytest.raises(KeyError):
-        mx.vllm_server_rows({"version": "0.32.0", "settings": {"plain": {"label": "x"}}},
+        mx.engine_rows("vllm_server", {"version": "0.32.0", "settings": {"plain": {"label": "x"}}},
                             report="r")
 
 
@@ -396,5 +396,5 @@ def test_the_real_plain_server_passes_and_leaves_no_process(engine_python, tmp_p
                    if "Started server process" in line).split("[")[-1].rstrip("]"))
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)                                # the whole group is gone
-    (rows,) = [mx.vllm_server_rows(summary, report="r")]
+    (rows,) = [mx.engine_rows("vllm_server", summary, report="r")]
     assert [r.verdict for r in rows] == ["PASS"]

@@ -62,7 +62,7 @@ def test_rows_of_every_summary_shape():
         False, [_case("batch_temperatures", 5000, 0.3, 0.25, 0.35, 0.06, False)])}
     vllm = {"version": "0.32.0", "settings": {"draft_probs": {
         "draft_probs": True, "as_shipped": shipped, "fixed": fixed}}}
-    rows = mx.vllm_rows(vllm, rule="accept while p/q >= u", report="reports/v.md")
+    rows = mx.engine_rows("vllm", vllm, rule="accept while p/q >= u", report="reports/v.md")
     assert [r.verdict for r in rows] == ["FAIL", "PASS"]
     assert "reports/v.md" in rows[0].note and "as shipped" in rows[0].setting
     assert rows[1].control == "recovered_from_target: FAIL, as it must (TV up to 0.30)"
@@ -71,7 +71,7 @@ def test_rows_of_every_summary_shape():
         "temperature_1": {"temperature": 1.0, "as_shipped": fixed,
                           "controls": fixed["controls"]},
         "tempered_0.6": {"temperature": 0.6, "as_shipped": shipped}}}
-    rows = mx.eagle_rows(eagle, rule="tree", report="reports/e.md")
+    rows = mx.engine_rows("eagle", eagle, rule="tree", report="reports/e.md")
     assert [r.verdict for r in rows] == ["PASS", "FAIL"]
     assert "FAIL, as it must" in rows[0].control and "reports/e.md" in rows[1].note
     assert rows[1].setting == "temperature 0.6, tree widths 2"
@@ -79,7 +79,7 @@ def test_rows_of_every_summary_shape():
     medusa = {"version": "0.1", "temperature": 1.0, "seconds": 4.0, "cases": [
         {"case": "block_g1", "trials": 900, "tv": 0.9, "tv_interval": [0.7, 1.0],
          "exact_typical": 0.93}]}
-    (row,) = mx.medusa_rows(medusa, rule="typical")
+    (row,) = mx.engine_rows("medusa", medusa, rule="typical")
     assert row.verdict == "LOSSY" and row.tv_low == 0.7 and "0.930" in row.note
 
     spec = {"setting": {"temperature": 1.0, "gamma": 3, "parallel": 1}, "verdict": "FAIL",
@@ -88,7 +88,7 @@ def test_rows_of_every_summary_shape():
             "checks": {"exactness": {"passed": False, "tokens": 800, "detectable_tv": 0.05,
                                      "extra": {"rule_vs_target_tv": 0.45}},
                        "control_temperature": {"passed": False}}}
-    (row,) = mx.llama_speculative_rows(spec, report="reports/l.md")
+    (row,) = mx.engine_rows("llama_speculative", spec, report="reports/l.md")
     assert (row.verdict, row.tv, row.trials, row.seconds) == ("FAIL", 0.45, 800, 12.5)
     assert "0.45 (reports/l.md)" in row.note and "FAIL, as it must" in row.control
 
@@ -122,7 +122,7 @@ def _ortgenai_summary(spec_passed=True, with_control=True):
 
 
 def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
-    rows = mx.ortgenai_rows(_ortgenai_summary(), rule="min(1, p/q), residual, bonus")
+    rows = mx.engine_rows("ortgenai", _ortgenai_summary(), rule="min(1, p/q), residual, bonus")
     spec, ref = rows
     assert (spec.verdict, ref.verdict) == ("PASS", "PASS")
     assert spec.setting == ("close draft, temperature 1, top-k 96, top-p 1, γ = 4; draft "
@@ -133,7 +133,7 @@ def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
                             "FAIL, as it must") and ref.control == spec.control
     assert spec.note == "acceptance 0.68; tolerance 1.7 × 10⁻⁶ (engine logits vs torch)"
     assert spec.end_to_end and spec.resolution_wanted == 0.03
-    bad = mx.ortgenai_rows(_ortgenai_summary(spec_passed=False, with_control=False),
+    bad = mx.engine_rows("ortgenai", _ortgenai_summary(spec_passed=False, with_control=False),
                            rule="r", report="reports/onnxruntime-genai-x.md")
     assert bad[0].verdict == "FAIL" and bad[0].note.startswith("reports/onnxruntime-genai-x.md; ")
     assert bad[0].control == "-"
@@ -141,23 +141,23 @@ def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
         broken = _ortgenai_summary()
         broken["settings"][0]["rows"][0][key] = "no"
         with pytest.raises(ValueError, match=r"\['passed'\]: must be a bool"):
-            mx.ortgenai_rows(broken, rule="r")
+            mx.engine_rows("ortgenai", broken, rule="r")
     idle = _ortgenai_summary()
     idle["settings"][0]["rows"][0]["draft_tokens_proposed"] = 0
-    assert mx.ortgenai_rows(idle, rule="r")[0].verdict == "NOT RUN"
+    assert mx.engine_rows("ortgenai", idle, rule="r")[0].verdict == "NOT RUN"
     twice = _ortgenai_summary()
     twice["settings"][0]["rows"].append(dict(twice["settings"][0]["rows"][0]))
     with pytest.raises(ValueError, match="has two 'speculative' rows"):
-        mx.ortgenai_rows(twice, rule="r")
+        mx.engine_rows("ortgenai", twice, rule="r")
     with pytest.raises(ValueError, match="empty"):
-        mx.ortgenai_rows({"version": "0", "settings": []}, rule="r")
+        mx.engine_rows("ortgenai", {"version": "0", "settings": []}, rule="r")
     from specdec.conformance.adapters import ortgenai
 
     with_caller = _ortgenai_summary()
     with_caller["caller_drafts"] = {**ortgenai.CALLER_DRAFTS,
                                     "probe": {"set_draft_tokens": "This engine does not "
                                               "support speculative draft verification."}}
-    *_, nr = mx.ortgenai_rows(with_caller, rule="r")
+    *_, nr = mx.engine_rows("ortgenai", with_caller, rule="r")
     assert nr.verdict == "NOT RUN" and nr.interface.startswith("og.Engine + Request.set_draft")
     assert "evidence: " in nr.note and "requires CUDA with FP16/BF16" in nr.note
     assert nr.note.endswith("this run's probe: This engine does not support speculative draft "
@@ -165,7 +165,7 @@ def test_ortgenai_rows_give_the_speculative_and_the_reference_row_per_setting():
     broken = _ortgenai_summary()
     broken["settings"][0]["rows"] = broken["settings"][0]["rows"][:1]
     with pytest.raises(ValueError, match=r"^summary: setting 'close_T1_K4' has no reference row"):
-        mx.ortgenai_rows(broken, rule="r")
+        mx.engine_rows("ortgenai", broken, rule="r")
 
 
 def _job(name, code, timeout=30.0, ok=(0, 1)):
@@ -251,7 +251,7 @@ def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts
         "control": _ov_setting("control", 3, False, control=True)},
         "prefix_caching": {"requests": 20, "errors": 14, "first_error": "Check 'x' failed",
                            "prefix_caching": "pipeline default", "seconds": 9.0}}
-    rows = mx.openvino_rows(summary, rule="black box", report="reports/o.md")
+    rows = mx.engine_rows("openvino", summary, rule="black box", report="reports/o.md")
     assert [r.verdict for r in rows] == ["PASS", "FAIL", "ABORTS"]
     ref, spec, aborts = rows
     assert ref.control == "control: FAIL, as it must" and "no draft" in ref.setting
@@ -262,7 +262,7 @@ def test_openvino_rows_one_per_setting_the_controls_in_the_column_and_the_aborts
     assert aborts.note.endswith("(reports/openvino-genai-prefix-caching-abort.md)")  # its own draft
     summary["prefix_caching"] = {"requests": 20, "errors": 0, "first_error": None,
                                  "prefix_caching": False, "seconds": 1.0}
-    assert len(mx.openvino_rows(summary, rule="r")) == 2
+    assert len(mx.engine_rows("openvino", summary, rule="r")) == 2
 
 
 def _mlx_row(label, k, passed=True, pvalue=0.8):
@@ -279,7 +279,7 @@ def test_mlx_rows_one_per_setting_with_the_controls_on_every_row():
                                                passed=False, pvalue=1e-9)},
                "controls": {"temperature_mismatch": {"passed": False, "pvalue": 2.5e-12},
                             "draft_law": {"passed": True, "pvalue": 0.5}}}
-    plain, spec = mx.mlx_rows(summary, rule="matching")
+    plain, spec = mx.engine_rows("mlx", summary, rule="matching")
     assert (plain.implementation, plain.version) == ("mlx-lm", "0.32.2 (mlx-cpu 0.32.4)")
     assert (plain.verdict, plain.rule) == ("PASS", "plain sampling")
     assert plain.control == spec.control        # the reference row's pass needs them too
@@ -297,26 +297,26 @@ def test_mlx_rows_one_per_setting_with_the_controls_on_every_row():
     assert "40% of tokens from accepted drafts" in spec.note
     assert spec.resolution_wanted == 0.03 and spec.trials_for() == 19200
     summary["controls"]["draft_law"] = {"passed": False, "pvalue": 0.0}
-    assert mx.mlx_rows(summary, rule="matching")[1].control.endswith(
+    assert mx.engine_rows("mlx", summary, rule="matching")[1].control.endswith(
         "target's law: FAIL, as it must (p < 10⁻³⁰⁰)")
     with pytest.raises(KeyError):
-        mx.mlx_rows({"version": "0.32.2"}, rule="matching")
+        mx.engine_rows("mlx", {"version": "0.32.2"}, rule="matching")
 
 
 def test_openvino_rows_refuse_a_string_verdict_and_mark_undrafted_rows():
     summary = {"version": "2026.4.1.0", "settings": {
         "reference": _ov_setting("reference", None, "False")}}
     with pytest.raises(ValueError, match=r"reference\['passed'\]: must be a bool"):
-        mx.openvino_rows(summary, rule="r")
+        mx.engine_rows("openvino", summary, rule="r")
     with pytest.raises(ValueError, match="settings'\\]: empty"):
-        mx.openvino_rows({"version": "x", "settings": {}}, rule="r")
+        mx.engine_rows("openvino", {"version": "x", "settings": {}}, rule="r")
     never = _ov_setting("t1_g2", 2, True)
     never["undrafted_responses"] = 12
     never["check"]["requests"] = 12
     some = _ov_setting("t1_g4", 4, True)
     some["undrafted_responses"] = 3
     some["check"]["requests"] = 12
-    rows = mx.openvino_rows({"version": "x", "settings": {"t1_g2": never, "t1_g4": some}},
+    rows = mx.engine_rows("openvino", {"version": "x", "settings": {"t1_g2": never, "t1_g4": some}},
                             rule="r")
     assert [r.verdict for r in rows] == ["NOT RUN", "PASS"]
     assert rows[0].note.startswith("12 of 12 responses were decoded without a draft token")

