@@ -26,12 +26,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from specdec.conformance.report import pvalue_text, sci
+from specdec.conformance.report import pvalue_text
 
 __all__ = ["VERDICTS", "MatrixRow", "Job", "JobFailed", "run_jobs", "battery_row",
            "check_passed", "control_text", "rule_line", "pertoken_control_text",
            "engine_rows", "hf_rows", "unavailable_rows", "FAILURE_KINDS", "Scope", "SCOPES",
-           "scopes", "exact_text", "glance"]
+           "scopes", "exact_text", "glance"]   # SCOPES: read when asked (__getattr__)
 
 #: What a row can say: exact within its detectable TV, not exact, lossy by design (an
 #: approximate rule measured, not judged), the engine stopped, or not run here (why).

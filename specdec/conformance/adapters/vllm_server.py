@@ -94,7 +94,7 @@ from typing import Mapping
 import numpy as np
 
 from specdec.conformance.adapters import Adapter
-from specdec.conformance.matrix import MatrixRow, Scope, check_passed, rule_line
+from specdec.conformance.matrix import MatrixRow, Scope, check_passed
 from specdec.conformance.report import pvalue_text
 
 __all__ = ["ADAPTER", "matrix_rows",
