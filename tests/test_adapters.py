@@ -120,3 +120,20 @@ def test_a_declaration_that_breaks_the_interface_is_refused(tmp_path):
 def _copy(src: Path, dst: Path) -> Path:
     dst.write_text(src.read_text())
     return dst
+
+
+def test_the_adapters_models_live_in_the_machine_cache_the_tools_use(monkeypatch, tmp_path):
+    """The models an adapter builds go under $SPECDEC_CACHE, like the environments and the
+    engine build (tools/py_engines.py), so one folder holds everything a machine caches."""
+    from specdec.conformance.adapters import cache_root, ortgenai, vllm_server
+    from tools import py_engines
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECDEC_ENGINE_ENVS", raising=False)
+    monkeypatch.delenv("SPECDEC_ORTGENAI_MODELS", raising=False)
+    assert cache_root() == py_engines.cache_root() == tmp_path
+    assert vllm_server.models_dir().is_relative_to(tmp_path)
+    assert ortgenai.models_dir().is_relative_to(tmp_path)
+    monkeypatch.delenv("SPECDEC_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == py_engines.cache_root() == tmp_path / "xdg" / "specdec-book"

@@ -530,9 +530,11 @@ def prepare(needs: set[str]) -> None:
 
 def machine_lock_path() -> Path:
     """The lock file that orders executions on this machine: in the per-machine cache
-    (``$SPECDEC_CACHE``, default ``~/.cache/specdec-book``), which every clone shares."""
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec-book")) \
-        / "execution.lock"
+    (``$SPECDEC_CACHE``, else ``$XDG_CACHE_HOME/specdec-book``, else
+    ``~/.cache/specdec-book``, as ``tools/engine.py``), which every clone shares."""
+    base = os.environ.get("SPECDEC_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-book"
+    return Path(base) / "execution.lock"
 
 
 @contextlib.contextmanager

@@ -253,9 +253,13 @@ TABLE: dict[str, Engine] = table(ENGINES, HF)
 
 
 def cache_root() -> Path:
-    """The machine's cache (``$SPECDEC_CACHE``, default ``~/.cache/specdec-book``)."""
+    """The machine's cache: ``$SPECDEC_CACHE``, else ``$XDG_CACHE_HOME/specdec-book``, else
+    ``~/.cache/specdec-book`` (the rule of ``tools/engine.py`` and of the adapters'
+    ``specdec.conformance.adapters.cache_root``)."""
     env = os.environ.get("SPECDEC_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "specdec-book"
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-book"
 
 
 def envs_dir() -> Path:

@@ -31,11 +31,13 @@ Importing this package does not import any engine.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["TORCH", "TRANSFORMERS_STACK", "Environment", "Adapter", "registry"]
+__all__ = ["TORCH", "TRANSFORMERS_STACK", "Environment", "Adapter", "registry", "cache_root"]
 
 #: torch build shared by every environment (the CPU wheel this machine holds): an unpinned
 #: ``torch`` would pull a multi-gigabyte CUDA build from the registry.
@@ -129,6 +131,16 @@ class Adapter:
         if self.environment is not None and self.environment.name != self.name:
             raise ValueError(f"environment: named {self.environment.name!r}, the adapter "
                              f"{self.name!r}")
+
+
+def cache_root() -> Path:
+    """The per-machine cache the book's tools share: ``$SPECDEC_CACHE``, else
+    ``$XDG_CACHE_HOME/specdec-book``, else ``~/.cache/specdec-book`` (the rule of
+    ``tools/engine.py`` and ``tools/py_engines.py``, which the library may not import)."""
+    env = os.environ.get("SPECDEC_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-book"
 
 
 def registry() -> dict[str, Adapter]:

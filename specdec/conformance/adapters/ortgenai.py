@@ -422,7 +422,9 @@ def _models_key() -> str:
 
 def models_dir() -> Path:
     """Cache of the built models (``SPECDEC_ORTGENAI_MODELS`` overrides it)."""
-    default = Path.home() / ".cache" / "specdec-book" / "ortgenai-models"
+    from specdec.conformance.adapters import cache_root
+
+    default = cache_root() / "ortgenai-models"
     return Path(os.environ.get("SPECDEC_ORTGENAI_MODELS", default)) / _models_key()
 
 

@@ -327,8 +327,10 @@ def _tokenizer_json(vocab: int) -> dict:
 
 
 def models_dir() -> Path:
-    """Folder of the built models (``SPECDEC_ENGINE_ENVS`` or ~/.cache/specdec-book/engines)."""
-    default = Path.home() / ".cache" / "specdec-book" / "engines"
+    """Folder of the built models (``SPECDEC_ENGINE_ENVS`` or $SPECDEC_CACHE/engines, ~/.cache/specdec-book by default)."""
+    from specdec.conformance.adapters import cache_root
+
+    default = cache_root() / "engines"
     return Path(os.environ.get("SPECDEC_ENGINE_ENVS", default)) / "vllm-server-models"
 
 
