@@ -575,35 +575,37 @@ def against_break_even(low: float, high: float) -> str:
 
 
 def break_even_text(run: dict) -> str:
-    """One sentence: does the measured speedup of ``run`` (:func:`measure_rule`) clear
+    """Short sentences: does the measured speedup of ``run`` (:func:`measure_rule`) clear
     break-even, and if not, what each term of the cycle would have to be, with the work
-    outside the timed passes as measured (:func:`break_even` with ``measured``).
+    outside the timed passes as measured (:func:`break_even` with ``measured``). The first
+    sentence starts in lower case (the page writes its subject before it).
 
     Examples
     --------
     >>> run = {"speedup": {"speedup": 0.8, "low": 0.75, "high": 0.85}, "gamma": 4,
     ...        "tokens_per_pass": 2.4, "acceptance": 0.35, "costs": {"c": 0.05, "g": 2.5}}
-    >>> break_even_text(run)  # doctest: +NORMALIZE_WHITESPACE
-    'it loses (0.80×, 95% interval 0.75 to 0.85): a cycle cost 3.00 target steps for 2.40
-    tokens (g 2.50, c γ 0.20, other work 0.30); to break even, E would have to rise to 3.00
-    tokens per target pass (acceptance per drafted token 0.500, against 0.350), or g fall
-    to 1.90 target steps, or c to -0.100 (no draft is cheap enough)'
+    >>> print(break_even_text(run))  # doctest: +NORMALIZE_WHITESPACE
+    it loses (0.80×, 95% interval 0.75 to 0.85). A cycle cost 3.00 target steps for 2.40
+    tokens: g 2.50, c γ 0.20 and 0.30 of other work. To break even, E would have to rise
+    to 3.00 tokens per pass (acceptance per drafted token 0.500, not 0.350). Or g would
+    have to fall to 1.90 steps; no draft is cheap enough.
     """
     s = run["speedup"]
     side = against_break_even(s["low"], s["high"])
     head = f"{s['speedup']:.2f}×, 95% interval {s['low']:.2f} to {s['high']:.2f}"
     if side == "faster":
-        return f"it pays ({head})"
+        return f"it pays ({head})."
     gamma, c, g, e = run["gamma"], run["costs"]["c"], run["costs"]["g"], run["tokens_per_pass"]
     need = break_even(e, c, g, gamma, measured=s["speedup"])
     verb = "loses" if side == "slower" else "does not clear break-even"
-    return (f"it {verb} ({head}): a cycle cost {e / s['speedup']:.2f} target steps for "
-            f"{e:.2f} tokens (g {g:.2f}, c γ {c * gamma:.2f}, other work "
-            f"{need['overhead']:.2f}); to break even, E would have to rise to {need['E']:.2f} "
-            f"tokens per target pass (acceptance per drafted token {need['acceptance']:.3f}, "
-            f"against {run['acceptance']:.3f}"
-            + ("; more than γ + 1 allows" if need["E"] > gamma + 1 else "") + "), "
-            + (f"or g fall to {need['g']:.2f} target steps" if need["g"] > 0
-               else "and no verification pass is cheap enough")
-            + (f", or c to {need['c']:.3f}" if need["c"] > 0
-               else f", or c to {need['c']:.3f} (no draft is cheap enough)"))
+    text = (f"it {verb} ({head}). A cycle cost {e / s['speedup']:.2f} target steps for "
+            f"{e:.2f} tokens: g {g:.2f}, c γ {c * gamma:.2f} and {need['overhead']:.2f} of "
+            f"other work. To break even, E would have to rise to {need['E']:.2f} tokens per "
+            f"pass (acceptance per drafted token {need['acceptance']:.3f}, not "
+            f"{run['acceptance']:.3f})"
+            + (", more than γ + 1 allows. " if need["E"] > gamma + 1 else ". "))
+    text += (f"Or g would have to fall to {need['g']:.2f} steps" if need["g"] > 0
+             else "No verification pass is cheap enough")
+    text += (f", or c to {need['c']:.3f}." if need["c"] > 0
+             else "; no draft is cheap enough.")
+    return text

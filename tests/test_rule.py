@@ -255,13 +255,15 @@ def test_forward_kl_is_the_kl_divergence_from_the_teacher(seed, zero):
 def test_break_even_text_says_pays_or_what_would_have_to_change():
     run = {"speedup": {"speedup": 1.3, "low": 1.2, "high": 1.4}, "gamma": 4,
            "tokens_per_pass": 3.0, "acceptance": 0.5, "costs": {"c": 0.05, "g": 2.0}}
-    assert rule.break_even_text(run) == "it pays (1.30×, 95% interval 1.20 to 1.40)"
+    assert rule.break_even_text(run) == "it pays (1.30×, 95% interval 1.20 to 1.40)."
     run["speedup"] = {"speedup": 0.98, "low": 0.9, "high": 1.05}
     text = rule.break_even_text(run)
     assert text.startswith("it does not clear break-even (0.98×")
     # a cycle cost 3 / 0.98 steps: 2.2 in the passes, the rest other work
-    assert "a cycle cost 3.06 target steps for 3.00 tokens (g 2.00, c γ 0.20, other " \
-        "work 0.86)" in text and "E would have to rise to 3.06" in text
+    assert "A cycle cost 3.06 target steps for 3.00 tokens: g 2.00, c γ 0.20 and 0.86 of " \
+        "other work." in text and "E would have to rise to 3.06" in text
+    from specbook.sentences import split_sentences, words
+    assert max(words(x) for x in split_sentences(text)) <= 40     # the page's sentence rule
     assert [rule.against_break_even(*x) for x in ((0.8, 0.9), (1.1, 1.2), (0.9, 1.1))] == \
         ["slower", "faster", "not distinguishable"]
 
