@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Execute the notebooks whose inputs changed (papermill, parameters SEED and TRIALS) and
 # render _build/html; prints a timing table and the page to open. What a page needs is in
 # its front matter (specdec.needs): llama.cpp is built first (make engine, once per machine)
-# only when chapter 8 or Appendix C is about to execute.
+# only when Appendix C or F is about to execute.
 book: params $(STAMP)
 	@$(PY) tools/build.py --seed "$$SEED" --trials "$$TRIALS"
 
@@ -27,7 +27,7 @@ chapter: params $(STAMP)
 	@test -n "$(NAME)" || { echo "error: NAME must name a chapter, e.g. make chapter NAME=04-experiment SEED=7"; exit 2; }
 	@$(PY) tools/build.py --chapter "$(NAME)" --seed "$$SEED" --trials "$$TRIALS"
 
-# Build llama.cpp's llama-server for chapter 8 from the pinned llama-cpp-python source
+# Build llama.cpp's llama-server for Appendices C and F from the pinned llama-cpp-python source
 # distribution (version and SHA-256 checked; needs cmake and a C++ compiler) and convert
 # the book's models to GGUF; both cached per machine in ~/.cache/specdec-book
 # ($$SPECDEC_CACHE), so only the first run builds (10-30 min on 2 cores); then the example

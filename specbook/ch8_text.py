@@ -533,7 +533,7 @@ def batching_growth(plain_growth: float, spec_growth: float, gamma: int) -> str:
         return (text + f": the plain server's batched passes still read the weights once, "
                 f"while the speculative server's passes already carry up to {gamma + 1} "
                 f"positions per request. Batching uses up the memory-bound regime that "
-                f"makes speculation pay at batch size one")
+                f"speculation relies on at batch size one")
     return (text + ": batching helped the speculative server at least as much, so the "
             "draft's gain did not shrink with the load")
 

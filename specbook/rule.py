@@ -597,7 +597,10 @@ def break_even_text(run: dict) -> str:
         return f"it pays ({head})."
     gamma, c, g, e = run["gamma"], run["costs"]["c"], run["costs"]["g"], run["tokens_per_pass"]
     need = break_even(e, c, g, gamma, measured=s["speedup"])
-    verb = "loses" if side == "slower" else "does not clear break-even"
+    if side != "slower":      # the interval reaches 1: nothing has to change to break even
+        return (f"it is not distinguishable from plain decoding ({head}): the interval over "
+                f"prompts reaches 1.")
+    verb = "loses"
     text = (f"it {verb} ({head}). A cycle cost {e / s['speedup']:.2f} target steps for "
             f"{e:.2f} tokens: g {g:.2f}, c γ {c * gamma:.2f} and {need['overhead']:.2f} of "
             f"other work. To break even, E would have to rise to {need['E']:.2f} tokens per "

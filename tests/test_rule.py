@@ -256,12 +256,16 @@ def test_break_even_text_says_pays_or_what_would_have_to_change():
     run = {"speedup": {"speedup": 1.3, "low": 1.2, "high": 1.4}, "gamma": 4,
            "tokens_per_pass": 3.0, "acceptance": 0.5, "costs": {"c": 0.05, "g": 2.0}}
     assert rule.break_even_text(run) == "it pays (1.30×, 95% interval 1.20 to 1.40)."
-    run["speedup"] = {"speedup": 0.98, "low": 0.9, "high": 1.05}
+    run["speedup"] = {"speedup": 1.07, "low": 0.99, "high": 1.16}
+    assert rule.break_even_text(run) == ("it is not distinguishable from plain decoding "
+                                         "(1.07×, 95% interval 0.99 to 1.16): the interval "
+                                         "over prompts reaches 1.")
+    run["speedup"] = {"speedup": 0.94, "low": 0.9, "high": 0.98}
     text = rule.break_even_text(run)
-    assert text.startswith("it does not clear break-even (0.98×")
-    # a cycle cost 3 / 0.98 steps: 2.2 in the passes, the rest other work
-    assert "A cycle cost 3.06 target steps for 3.00 tokens: g 2.00, c γ 0.20 and 0.86 of " \
-        "other work." in text and "E would have to rise to 3.06" in text
+    assert text.startswith("it loses (0.94×")
+    # a cycle cost 3 / 0.94 steps: 2.2 in the passes, the rest other work
+    assert "A cycle cost 3.19 target steps for 3.00 tokens: g 2.00, c γ 0.20 and 0.99 of " \
+        "other work." in text and "E would have to rise to 3.19" in text
     from specbook.sentences import split_sentences, words
     assert max(words(x) for x in split_sentences(text)) <= 40     # the page's sentence rule
     assert [rule.against_break_even(*x) for x in ((0.8, 0.9), (1.1, 1.2), (0.9, 1.1))] == \
