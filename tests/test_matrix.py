@@ -371,3 +371,4 @@ def test_the_first_table_keeps_the_kinds_of_failure_apart():
     assert [r[0] for r in table] == ["**transformers** 4.40.2 to 5.0.0 (3 releases)",
                                      "**vLLM rejection sampler** 1", "**Medusa** 1"]
     assert all(len(r) == 6 for r in table)
+    assert "`" not in "".join(r[5] for r in table)       # report names wrap in the column

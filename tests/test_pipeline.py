@@ -716,7 +716,7 @@ def test_an_installed_copy_runs_the_chapter_8_models(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     where, loaded = proc.stdout.splitlines()
     assert Path(where).is_relative_to(site), f"specdec imported from {where}, not the install"
-    assert loaded == "['draft', 'target', 'target_large', 'target_wide'] True"
+    assert loaded == "['draft', 'draft_distilled', 'target', 'target_large', 'target_wide'] True"
 
 
 def test_the_book_trials_are_the_build_default():

@@ -516,8 +516,10 @@ def glance(rows: Sequence[MatrixRow], scopes: Sequence[Scope]) -> list[list[str]
         versions = list(dict.fromkeys(r.version for r in mine))
         version = (versions[0] if len(versions) == 1
                    else f"{versions[0]} to {versions[-1]} ({len(versions)} releases)")
+        # report file names as plain text: a code span does not wrap, and the longest
+        # names alone made the table wider than the page's column
         out.append([f"**{sc.engine}** {version}", sc.build, sc.rule, exact_text(mine, sc),
-                    sc.not_tested, sc.report])
+                    sc.not_tested, sc.report.replace("`", "")])
     return out
 
 
