@@ -81,7 +81,7 @@ Exactly":
   serve      start llama.cpp's llama-server on 127.0.0.1 with a target and a draft
 
 Exit status: that of the command (0 success or pass, 1 fail, 2 usage error, 3 a run that
-stopped before its end); 2 for an unknown command.
+stopped before its end, 4 nothing could be tested: no verdict); 2 for an unknown command.
 """
 
 
