@@ -36,8 +36,8 @@ or Ctrl-C stopped the run (the results file still holds what was measured).
 """
 
 EXACTNESS = """\
-specdec exactness {reported,model} --endpoint URL [options]: test every token a server
-emits against the law it should have been drawn from (randomised PIT, Holm).
+specdec exactness {reported,model,first-tokens} --endpoint URL [options]: test what a
+server emits against the law it should have been drawn from.
 
   reported  the server's own log-probabilities (any OpenAI-compatible server that returns
             them): at --temperature 1; below 1, --post-sampling-probs on llama.cpp,
@@ -46,12 +46,19 @@ emits against the law it should have been drawn from (randomised PIT, Holm).
   model     the laws computed with the book's models (--target, --draft) for the book's
             own llama-server; --baseline is a plain server of the same target, on which
             the numerical disagreement is measured.
+  first-tokens  the law of the first tokens after one prompt, from many seeded
+            requests to llama.cpp's /completion: against the book's --target law, or
+            against a --baseline server (chi-square, no model needed). The
+            assumption-free cross-check of the two above.
+
+reported and model test every emitted token (randomised PIT, Holm).
 
 Needs: a running server on a URL you give. Prints the verdict, the p-values, the tokens
 tested and the detectable per-token TV at power 0.9.
 Exit status: 0 pass, 1 fail, 2 usage error (nothing sent), 3 a request failed or Ctrl-C
 stopped the run (no verdict), 4 nothing could be tested (no usable log-probabilities, a
-baseline whose laws are not the model's, or too few tokens): no verdict. llama.cpp's
+baseline whose laws are not the model's, or too few tokens): no verdict.
+`specdec exactness MODE --help` lists the options of each mode. llama.cpp's
 speculative server reports no probabilities for the tokens its draft path emits, so
 `reported` cannot test it; `model` can, for the book's own models only.
 """
@@ -67,6 +74,7 @@ Exit status: 0 stopped by Ctrl-C or SIGTERM (the server stopped by PID), 1 the s
 died or could not start (the tail of its log is printed), 2 usage error.
 """
 
+MODES = ("reported", "model", "first-tokens")          # of specdec exactness
 COMMANDS = {"kit": KIT, "bench": BENCH, "exactness": EXACTNESS, "serve": SERVE}
 
 USAGE = """\
@@ -123,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    if _wants_help(rest):
+    if _wants_help(rest) and not (command == "exactness" and rest[0] in MODES):
         print(COMMANDS[command])
     try:
         if command == "kit":
@@ -139,15 +147,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("error: --exactness: use `specdec exactness reported|model ...`",
                       file=sys.stderr)
                 return 2
-            return client(rest, prog="specdec bench")
+            return client(rest, prog="specdec bench", mode="bench")
+        if rest and rest[0] == "first-tokens":
+            from specdec.client.__main__ import first_tokens_main
+
+            return first_tokens_main(rest[1:])
         if not rest or rest[0] not in ("reported", "model"):
             if _wants_help(rest):
-                return client(["--help"], prog="specdec exactness {reported,model}")
-            print("error: specdec exactness: the first argument must be 'reported' or "
-                  "'model'", file=sys.stderr)
+                return 0                       # the modes are listed above
+            print("error: specdec exactness: the first argument must be 'reported', "
+                  "'model' or 'first-tokens'", file=sys.stderr)
             return 2
-        return client(["--exactness", rest[0], *rest[1:]],
-                      prog=f"specdec exactness {rest[0]}")
+        return client(rest[1:], prog=f"specdec exactness {rest[0]}", mode="exactness",
+                      exactness=rest[0])
     except SystemExit as exit_:              # argparse's --help (0) and usage errors (2)
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 2)

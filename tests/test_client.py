@@ -891,3 +891,74 @@ def test_a_load_point_line_says_goodput_only_under_limits():
     assert "goodput 7.50 req/s" in _line(s, limits=True)
     assert _line(s, False, "speculative server only, ").startswith(
         "speculative server only, concurrency 2:")
+
+
+# ------------------------------------------- specdec exactness first-tokens, scripted
+def _first_tokens_cli(argv):
+    from specdec.__main__ import main as specdec_main
+
+    return specdec_main(["exactness", "first-tokens", "--no-progress", *argv])
+
+
+@pytest.mark.usefixtures("one_blas_thread")          # tests/conftest.py
+def test_cli_first_tokens_passes_an_exact_server_and_fails_a_hot_one(tmp_path, capsys,
+                                                                      book_target):
+    """The scripted /completion samples the book's target at the request's temperature
+    (exact) or at 2 (hot). Against the exact law of the first two bytes and against a
+    plain server, the exact one passes and the hot one fails; a hot baseline fails the
+    control and nothing is tested (exit 4); the draws are saved."""
+    out = tmp_path / "ft.json"
+    common = ["--requests", "400", "--max-tokens", "2", "--out", str(out)]
+    with ScriptedServer(Script(model=book_target)) as exact, \
+            ScriptedServer(Script(model=book_target)) as plain, \
+            ScriptedServer(Script(model=book_target, temperature=2.0)) as hot:
+        assert _first_tokens_cli(["--endpoint", exact, "--baseline", plain,
+                                  "--target", "target", *common]) == 0, capsys.readouterr()
+        saved = json.loads(out.read_text())
+        assert saved["passed"] and saved["control"]["passed"] and saved["law_test"]["passed"]
+        assert saved["two_sample"]["passed"] and len(saved["draws"]["speculative"]) == 400
+        assert saved["law_test"]["false_alarm"] == pytest.approx(0.5e-6)   # two tests share it
+        assert 0 < saved["law_test"]["detectable_tv"] < 0.5
+        capsys.readouterr()
+        assert _first_tokens_cli(["--endpoint", hot, "--target", "target", *common]) == 1
+        printed = capsys.readouterr().out
+        assert "law test" in printed and "FAIL" in printed and "two-sample" not in printed
+        assert _first_tokens_cli(["--endpoint", hot, "--baseline", plain, *common]) == 1
+        assert not json.loads(out.read_text())["two_sample"]["passed"]
+        assert _first_tokens_cli(["--endpoint", exact, "--baseline", hot, "--target",
+                                  "target", *common]) == 4
+        assert "nothing was tested" in capsys.readouterr().err
+        assert "law_test" not in json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "--baseline/--target: give a plain server"),
+    (["--target", "target", "--tokens", "3"], "--tokens: at most 2 with --target"),
+    (["--baseline", "http://127.0.0.1:9", "--requests", "0"], "--requests: must be >= 1"),
+    (["--baseline", "http://127.0.0.1:9", "--temperature", "0"], "--temperature: must be > 0"),
+    (["--baseline", "http://127.0.0.1:9", "--tokens", "4", "--max-tokens", "2"],
+     "--max-tokens: must be >= --tokens 4"),
+    (["--target", "no_such_model"], "--target:"),
+    (["--target", "target", "--stop-token", "256"], "--stop-token: must be a token id"),
+])
+def test_cli_first_tokens_refuses_bad_input_before_sending(argv, message, capsys, book_target):
+    assert _first_tokens_cli(["--endpoint", "http://127.0.0.1:9", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_each_exactness_mode_lists_its_own_options_and_exit_statuses(capsys):
+    """``specdec exactness reported --help`` lists no load-sweep option and no exit status
+    of the benchmark; ``specdec bench --help`` no exactness option."""
+    from specdec.__main__ import main as specdec_main
+
+    for mode in ("reported", "model", "first-tokens"):
+        assert specdec_main(["exactness", mode, "--help"]) == 0
+        text = capsys.readouterr().out
+        assert "Exit status" in text and "4 " in text, mode
+        assert not any(f in text for f in ("--rate", "--ttft-max", "--burstiness",
+                                           "--repeats", "every request was measured")), mode
+        assert ("--concurrency" in text) == (mode == "first-tokens"), mode   # in flight
+    assert specdec_main(["bench", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--concurrency" in text and not any(
+        f in text for f in ("--requests", "--top-logprobs", "--tolerance", "--exactness"))

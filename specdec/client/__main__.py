@@ -12,26 +12,26 @@ Exit status: 0 when every request was measured; 2 for bad arguments (nothing is 
 results file is still written, with every request measured before it and the failure
 (``"complete": false``, ``"failure"``: request, error, time).
 
-Exactness, per token (``--exactness``): seeded requests, and every emitted token tested
-against the law it should have been drawn from (:mod:`specdec.stats.pertoken`: randomised
-probability integral transform, a mean test per ordering, Holm). ``--exactness reported``
-works with any OpenAI-compatible server that returns log-probabilities: the law of each
-position is the reported top ``--top-logprobs`` tokens with the rest pooled, ordered by the
-reported probability; sample at ``--temperature 1`` (servers report the raw law) or give
-``--post-sampling-probs`` (llama.cpp reports the law after its sampling chain) or
-``--processed-logprobs`` (vLLM started with ``--logprobs-mode processed_logprobs``).
-``--exactness model`` computes the laws with the book's models (``--target``, ``--draft``)
-for the book's own llama-server (``python tools/engine.py serve``); the numerical
-disagreement between numpy and the engine is measured on ``--baseline`` (a plain server of
-the same target) unless ``--tolerance`` is given. Prints the verdict, the p-values, the
-tokens tested and the detectable per-token TV at power 0.9 for errors that move mass along
-the orderings (toward the draft; a temperature or truncation mismatch); a
-Kolmogorov-Smirnov test per ordering adds power against errors of other shapes, such as
-another model's law, with no stated resolution for them (the first-tokens law test of
-:mod:`specdec.client.exactness` is the assumption-free cross-check). Exit status 0 pass, 1
-fail, 2 usage, 3 a request failed or Ctrl-C stopped the run (no verdict; the results file
-records the failure), 4 nothing could be tested (no usable log-probabilities, a baseline
-whose laws are not the model's, or too few tokens to detect anything): no verdict.
+Exactness, per token (``specdec exactness reported|model``, or ``--exactness`` here): seeded
+requests, and every emitted token tested against the law it should have been drawn from
+(:mod:`specdec.stats.pertoken`: randomised probability integral transform, a mean test per
+ordering, Holm). ``reported`` works with any OpenAI-compatible server that returns
+log-probabilities: the law of each position is the reported top ``--top-logprobs`` tokens
+with the rest pooled, ordered by the reported probability; sample at ``--temperature 1``
+(servers report the raw law) or give ``--post-sampling-probs`` (llama.cpp reports the law
+after its sampling chain) or ``--processed-logprobs`` (vLLM started with ``--logprobs-mode
+processed_logprobs``). ``model`` computes the laws with the book's models (``--target``,
+``--draft``) for the book's own llama-server (``specdec serve``); the numerical disagreement
+between numpy and the engine is measured on ``--baseline`` (a plain server of the same
+target) unless ``--tolerance`` is given. Prints the verdict, the p-values, the tokens tested
+and the detectable per-token TV at power 0.9 for errors that move mass along the orderings
+(toward the draft; a temperature or truncation mismatch); a Kolmogorov-Smirnov test per
+ordering adds power against errors of other shapes, such as another model's law, with no
+stated resolution for them (``specdec exactness first-tokens`` is the assumption-free
+cross-check). Exit status 0 pass, 1 fail, 2 usage, 3 a request failed or Ctrl-C stopped the
+run (no verdict; the results file records the failure), 4 nothing could be tested (no usable
+log-probabilities, a baseline whose laws are not the model's, or too few tokens to detect
+anything): no verdict.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -65,15 +66,31 @@ def _numbers(text: str, kind, name: str) -> list:
     return values
 
 
-def parser(prog: str = "python -m specdec.client") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split(
-        "\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]).replace("``", ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+#: Options of the load runs only (``specdec bench``), refused by the exactness checks.
+BENCH_ONLY = ("--concurrency", "--rate", "--burstiness", "--ttft-max", "--tpot-max", "--repeats")
+
+
+def parser(prog: str = "python -m specdec.client", mode: str = "all") -> argparse.ArgumentParser:
+    """The command line: ``mode`` "all" (``python -m specdec.client``, every option),
+    "bench" (``specdec bench``: no exactness options) or "exactness" (``specdec exactness
+    reported|model``: no load options; the law comes from the sub-command)."""
+    if mode not in ("all", "bench", "exactness"):
+        raise ValueError(f"mode: must be 'all', 'bench' or 'exactness' (got {mode!r})")
+    paragraphs = __doc__.split("\n\n")
+    keep = {"all": paragraphs[1:], "bench": paragraphs[1:3], "exactness": paragraphs[3:]}[mode]
+    p = argparse.ArgumentParser(prog=prog, description=paragraphs[0] if mode != "exactness"
+                                else "Test every token a server emits against its law.",
+                                epilog=re.sub(r":mod:`([^`]+)`", r"\1",
+                                              "\n\n".join(keep).replace("``", "")),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8080")
-    p.add_argument("--baseline", help="base URL of the same server without speculation: "
-                                      "run the paired protocol against it (with "
-                                      "--exactness model: measure the numerical "
-                                      "disagreement there)")
+    p.add_argument("--baseline", help={
+        "all": "base URL of the same server without speculation: run the paired protocol "
+               "against it (with --exactness model: measure the numerical disagreement there)",
+        "bench": "base URL of the same server without speculation: run the paired, "
+                 "interleaved protocol against it",
+        "exactness": "model: base URL of a plain server of the same target, on which the "
+                     "numerical disagreement between numpy and the engine is measured"}[mode])
     p.add_argument("--api", choices=("completions", "chat"), default="completions")
     p.add_argument("--model", help="model name sent with every request (vLLM, SGLang)")
     p.add_argument("--prompts", type=Path, help='JSON file {"language": ["prompt", ...]}')
@@ -83,18 +100,21 @@ def parser(prog: str = "python -m specdec.client") -> argparse.ArgumentParser:
                         "file; 4 of the book's held-out prompts)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=None,
-                   help="sampling temperature (default: 0, greedy, for timing; 1 with "
-                        "--exactness, which needs a sampled law)")
+                   help={"all": "sampling temperature (default: 0, greedy, for timing; 1 with "
+                                "--exactness, which needs a sampled law)",
+                         "bench": "sampling temperature (default 0, greedy)",
+                         "exactness": "sampling temperature (default 1; > 0)"}[mode])
     p.add_argument("--seed", type=int, default=0, help="request k gets seed SEED + k")
-    p.add_argument("--concurrency", default=None,
-                   help="closed loop: comma-separated levels (default 1)")
-    p.add_argument("--rate", help="open loop: comma-separated request rates (requests/s)")
-    p.add_argument("--burstiness", type=float, default=1.0,
-                   help="gamma shape of the gaps between arrivals (1: Poisson)")
-    p.add_argument("--ttft-max", type=float, help="goodput limit on TTFT, seconds")
-    p.add_argument("--tpot-max", type=float, help="goodput limit on TPOT, seconds")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="paired protocol: repeats (default 3)")
+    if mode != "exactness":
+        p.add_argument("--concurrency", default=None,
+                       help="closed loop: comma-separated levels (default 1)")
+        p.add_argument("--rate", help="open loop: comma-separated request rates (requests/s)")
+        p.add_argument("--burstiness", type=float, default=1.0,
+                       help="gamma shape of the gaps between arrivals (1: Poisson)")
+        p.add_argument("--ttft-max", type=float, help="goodput limit on TTFT, seconds")
+        p.add_argument("--tpot-max", type=float, help="goodput limit on TPOT, seconds")
+        p.add_argument("--repeats", type=int, default=None,
+                       help="paired protocol: repeats (default 3)")
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--out", type=Path, default=Path("specdec-client-results.json"))
     p.add_argument("--no-progress", action="store_true")
@@ -106,10 +126,14 @@ def parser(prog: str = "python -m specdec.client") -> argparse.ArgumentParser:
     p.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
                    help="one more request field, sent with every request (VALUE read as "
                         "JSON, else as a string; e.g. --field ignore_eos=true); repeatable")
-    g = p.add_argument_group("per-token exactness (--exactness)")
-    g.add_argument("--exactness", choices=("reported", "model"),
-                   help="test every emitted token: against the server's reported "
-                        "log-probabilities, or against the book's models")
+    if mode == "bench":
+        p.set_defaults(exactness=None)
+        return p
+    g = p.add_argument_group("per-token exactness" + (" (--exactness)" if mode == "all" else ""))
+    if mode == "all":
+        g.add_argument("--exactness", choices=("reported", "model"),
+                       help="test every emitted token: against the server's reported "
+                            "log-probabilities, or against the book's models")
     g.add_argument("--requests", type=int, default=200,
                    help="seeded requests (prompts in turn; default 200)")
     g.add_argument("--top-logprobs", type=int, default=20,
@@ -196,8 +220,13 @@ def _line(s: dict, limits: bool = True, label: str = "") -> str:
             f"{1e3 * s['itl']['p99']:.2f} ms{acc}")
 
 
-def main(argv=None, prog: str = "python -m specdec.client") -> int:
-    args = parser(prog).parse_args(argv)
+def main(argv=None, prog: str = "python -m specdec.client", mode: str = "all",
+         exactness: str | None = None) -> int:
+    """Run the client; ``mode`` and ``exactness`` as :func:`parser` (``specdec bench``,
+    ``specdec exactness reported|model``); return the exit status."""
+    args = parser(prog, mode).parse_args(argv)
+    if mode == "exactness":
+        args.exactness = exactness
     if args.exactness:
         return _exactness(args, argv)
     try:
@@ -322,8 +351,9 @@ def _exactness(args, argv) -> int:
             raise ValueError(f"--false-alarm: must be in (0, 1) (got {args.false_alarm})")
         if args.tolerance is not None and not (0 <= args.tolerance < 0.5):
             raise ValueError(f"--tolerance: must be in [0, 0.5) (got {args.tolerance})")
-        for flag in ("--rate", "--concurrency", "--repeats", "--ttft-max", "--tpot-max"):
-            if getattr(args, flag[2:].replace("-", "_")) is not None:
+        for flag in BENCH_ONLY:
+            if flag != "--burstiness" and getattr(args, flag[2:].replace("-", "_"),
+                                                  None) is not None:
                 raise ValueError(f"{flag}: not used with --exactness")
         if args.exactness == "reported":
             for flag in ("--target", "--draft", "--top-k"):
@@ -450,6 +480,172 @@ def _lengths(endpoint: Endpoint, prompts) -> dict:
         for v in out.values():
             v["tokens"] = f"unavailable: {err}"
         return out
+
+
+FIRST_TOKENS = """\
+The law of the first tokens after one prompt, from many seeded requests to llama.cpp's
+native /completion endpoint (return_tokens), every truncation off: the assumption-free
+cross-check of the per-token test (specdec.client.exactness). With --target (the book's
+models) the speculative server's draws are tested against the exact law computed from the
+same weights, and a --baseline server's draws are the control: if they fail, the settings
+or the model differ and nothing is tested (exit 4). With --baseline alone, a chi-square
+test of homogeneity asks whether both servers draw from one law (no model needed; less
+power). The tests of the verdict share --false-alarm (Bonferroni).
+
+Needs: llama.cpp servers on URLs you give (the native /completion endpoint, which returns
+token ids); for other servers use `specdec exactness reported`. Writes the draws and the
+tests to --out (JSON).
+Exit status: 0 pass, 1 fail, 2 usage error (nothing sent), 3 a request failed or Ctrl-C
+stopped the run (no verdict), 4 the baseline failed the control: nothing was tested.
+"""
+
+
+def first_tokens_parser(prog: str = "specdec exactness first-tokens") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=FIRST_TOKENS,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--endpoint", required=True, help="base URL of the (speculative) server")
+    p.add_argument("--baseline", help="base URL of the same target without speculation")
+    p.add_argument("--target", help="the book's target model (e.g. target): test against "
+                                    "its exact law")
+    p.add_argument("--prompt", help="the prompt (default: the book's first English "
+                                    "held-out prompt)")
+    p.add_argument("--requests", type=int, default=2000,
+                   help="seeded requests per server (default 2000)")
+    p.add_argument("--tokens", type=int, default=2,
+                   help="first tokens counted per request (default 2; at most 2 with --target)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="tokens generated per request (default --tokens + 8, so that the "
+                        "counted positions are drafted)")
+    p.add_argument("--temperature", type=float, default=1.0, help="> 0 (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="request k gets seed SEED + k")
+    p.add_argument("--stop-token", type=int, default=255,
+                   help="token id that ends a request, padding the tokens it did not emit "
+                        "(default 255, the end of text of the book's GGUF files)")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    p.add_argument("--false-alarm", type=float, default=1e-6,
+                   help="probability that an exact server fails (default 1e-6)")
+    p.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
+                   help="one more request field (VALUE read as JSON, else a string)")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--out", type=Path, default=Path("specdec-first-tokens.json"))
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def first_tokens_main(argv=None, prog: str = "specdec exactness first-tokens") -> int:
+    """``specdec exactness first-tokens``: exit 0 pass, 1 fail, 2 usage, 3 a request failed
+    or Ctrl-C, 4 the control failed (nothing tested)."""
+    from specdec.client import exactness as ex
+
+    args = first_tokens_parser(prog).parse_args(argv)
+    args.api, args.model = "completions", None       # llama.cpp's /completion takes neither
+    try:
+        endpoint = _endpoint("--endpoint", args.endpoint, args)
+        base = None if args.baseline is None else _endpoint("--baseline", args.baseline, args)
+        if base is None and args.target is None:
+            raise ValueError("--baseline/--target: give a plain server, the book's target "
+                             "model, or both (nothing to compare with)")
+        for flag in ("--requests", "--tokens", "--concurrency"):
+            value = getattr(args, flag[2:])
+            if value < 1:
+                raise ValueError(f"{flag}: must be >= 1 (got {value})")
+        if args.max_tokens is not None and args.max_tokens < args.tokens:
+            raise ValueError(f"--max-tokens: must be >= --tokens {args.tokens} "
+                             f"(got {args.max_tokens})")
+        if not (math.isfinite(args.temperature) and args.temperature > 0):
+            raise ValueError(f"--temperature: must be > 0 (got {args.temperature:g})")
+        if args.seed < 0:
+            raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
+        if not (0 < args.false_alarm < 1):
+            raise ValueError(f"--false-alarm: must be in (0, 1) (got {args.false_alarm})")
+        if not args.out.parent.is_dir() or args.out.is_dir():
+            raise ValueError(f"--out: {str(args.out)!r} must name a file in an existing "
+                             "directory")
+        extra = _fields(args.field)
+        if args.prompt is None:
+            from specdec.nn import load_heldout
+            args.prompt = load_heldout()["en"]["prompts"][0]
+        law = None
+        if args.target is not None:
+            if args.tokens > 2:
+                raise ValueError(f"--tokens: at most 2 with --target (got {args.tokens}; "
+                                 "the exact law has V ** tokens cells)")
+            from specdec.decode import SamplingSettings, target_sequence_law
+            from specdec.nn import load_model
+            try:
+                model = load_model(args.target)
+            except (KeyError, FileNotFoundError, ValueError) as err:
+                raise ValueError(f"--target: {err}") from None
+            if not 0 <= args.stop_token < model.config.vocab_size:
+                raise ValueError(f"--stop-token: must be a token id of --target, in "
+                                 f"[0, {model.config.vocab_size}) (got {args.stop_token})")
+            law = target_sequence_law(model, args.prompt, args.tokens,
+                                      SamplingSettings(temperature=args.temperature))
+            if args.tokens == 2:
+                law = ex.pad_law(law, args.stop_token)
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    servers = {"speculative": endpoint, **({} if base is None else {"baseline": base})}
+    result = {"schema": SCHEMA, "command": list(sys.argv if argv is None else argv),
+              "prompt": args.prompt, "temperature": args.temperature, "tokens": args.tokens,
+              "requests": args.requests, "seed": args.seed, "draws": {}}
+    draws = {}
+    try:
+        for name, server in servers.items():
+            update, close = _progress(args.requests, not args.no_progress,
+                                      f"first tokens ({name})")
+            try:
+                draws[name] = ex.first_tokens(
+                    server, args.prompt, args.requests, k=args.tokens,
+                    temperature=args.temperature, seed=args.seed, pad=args.stop_token,
+                    generate=args.max_tokens, extra=extra, concurrency=args.concurrency,
+                    progress=update)
+            finally:
+                close()
+            result["draws"][name] = draws[name].tolist()
+    except (ClientError, KeyboardInterrupt) as err:
+        error = str(err) or "interrupted (KeyboardInterrupt)"
+        result["failure"] = failure_record(None, error, time.perf_counter(),
+                                           during="first-tokens requests")
+        args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"error: {error}\nno verdict; results so far: {args.out}", file=sys.stderr)
+        return INCOMPLETE
+    tests = (law is not None) + (base is not None)
+    alpha = args.false_alarm / tests            # the verdict's tests share the false alarm
+    verdict = []
+    if law is not None and base is not None:
+        control = ex.first_tokens_law_test(draws["baseline"], law, false_alarm=args.false_alarm)
+        result["control"] = control.to_dict()
+        print(f"control (baseline against --target {args.target}'s law): "
+              f"{'pass' if control.passed else 'FAIL'} (p {control.pvalue:.2e})")
+        if not control.passed:
+            args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
+            print(f"error: the baseline server's first tokens do not follow --target "
+                  f"{args.target}'s law: another model or other settings; nothing was "
+                  f"tested\nresults: {args.out}", file=sys.stderr)
+            return UNTESTABLE
+    if law is not None:
+        check = ex.first_tokens_law_test(draws["speculative"], law, false_alarm=alpha)
+        result["law_test"] = check.to_dict()
+        verdict.append(check.passed)
+        print(f"law test ({args.requests} requests, {check.cells} cells): "
+              f"{'pass' if check.passed else 'FAIL'} (p {check.pvalue:.2e}, false alarm "
+              f"{alpha:.1e}); TV to the exact law {check.tv.estimate:.4f} "
+              f"[{check.tv.low:.4f}, {check.tv.high:.4f}]; detectable TV "
+              f"{check.detectable_tv:.4f} at power {check.power:g}")
+    if base is not None:
+        two = ex.two_sample(draws["baseline"], draws["speculative"], false_alarm=alpha)
+        result["two_sample"] = two.to_dict()
+        verdict.append(two.passed)
+        print(f"two-sample test against the baseline ({two.cells} cells): "
+              f"{'pass' if two.passed else 'FAIL'} (p {two.pvalue:.2e}, false alarm "
+              f"{alpha:.1e}); plug-in TV between the two {two.tv_estimate:.4f}")
+    result["passed"] = all(verdict)
+    args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
+    print(f"first-tokens exactness: {'pass' if result['passed'] else 'FAIL'}\n"
+          f"results: {args.out}")
+    return 0 if result["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ __all__ = ["first_tokens", "LawCheck", "first_tokens_law_test", "TwoSample", "tw
 def first_tokens(endpoint: Endpoint, prompt: str, n: int, *, k: int = 2,
                  temperature: float = 1.0, seed: int = 0, concurrency: int = 4,
                  pad: int = -1, generate: int | None = None,
-                 extra: Mapping | None = None) -> np.ndarray:
+                 extra: Mapping | None = None, progress=None) -> np.ndarray:
     """Token ids of the first ``k`` tokens of ``n`` seeded requests (seeds ``seed`` to
     ``seed + n - 1``), shape (n, k); a request that stopped early (end of sequence) is
     padded with ``pad``.
@@ -56,8 +56,8 @@ def first_tokens(endpoint: Endpoint, prompt: str, n: int, *, k: int = 2,
     Each request generates ``generate`` tokens (default ``k + 8``) of which the first
     ``k`` are kept: a server drafts at most the tokens still to generate, so a request of
     exactly ``k`` tokens would never speculate at the positions that are counted. Uses
-    llama.cpp's native ``/completion`` endpoint (``return_tokens``); raises
-    :class:`ClientError` naming the request on failure."""
+    llama.cpp's native ``/completion`` endpoint (``return_tokens``); ``progress`` is called
+    with 1 after each answer. Raises :class:`ClientError` naming the request on failure."""
     if not (isinstance(n, int) and n >= 1):
         raise ValueError(f"n: must be an integer >= 1 (got {n!r})")
     if not (isinstance(k, int) and k >= 1):
@@ -70,7 +70,8 @@ def first_tokens(endpoint: Endpoint, prompt: str, n: int, *, k: int = 2,
     out = np.full((n, k), pad, dtype=np.int64)
 
     answers = post_all(endpoint, "/completion", [{**base, "seed": seed + i} for i in range(n)],
-                       concurrency=concurrency, seeds=[seed + i for i in range(n)])
+                       concurrency=concurrency, seeds=[seed + i for i in range(n)],
+                       progress=progress)
     for i, answer in enumerate(answers):
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list):
