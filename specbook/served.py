@@ -77,7 +77,8 @@ def rule_acceptance(target: nn.Transformer, draft: nn.Transformer, texts: Sequen
       target's own sample equals it: acceptance ``p[argmax q]``.
 
     At temperature 0 both are ``1[argmax p == argmax q]``. Returns the means over
-    positions and the number of positions (:func:`acceptance_from_logits` on
+    positions, the cap of any greedy draft under ``match`` (``cap``: ``max p``) and the
+    number of positions (:func:`acceptance_from_logits` on
     :func:`window_logits` of both models).
     """
     return acceptance_from_logits(window_logits(target, texts, draft.config.context),
@@ -111,7 +112,9 @@ def acceptance_from_logits(target_logits: np.ndarray, draft_logits: np.ndarray,
     match = p[np.arange(len(p)), np.argmax(q, axis=1)]
     rejection = np.minimum(p, q).sum(axis=1)
     return {"temperature": temperature, "match": float(match.mean()),
-            "rejection": float(rejection.mean()), "positions": int(match.size)}
+            "rejection": float(rejection.mean()),
+            "cap": float(p.max(axis=1).mean()),     # the best greedy draft's: p[argmax p]
+            "positions": int(match.size)}
 
 
 #: Seconds a per-token check's request may wait for its answer: with every slot busy a

@@ -230,6 +230,37 @@ def test_served_engine_is_exact_with_and_without_draft(server_binary):
     assert ex.same_seed_identity(list(long_a), list(long_b))["different"] == 0
 
 
+@pytest.mark.slow
+def test_first_tokens_command_on_real_servers(server_binary, tmp_path):
+    """``specdec exactness first-tokens`` as a user runs it, on llama-server with the
+    book's models: the speculative server passes against the target's law (the plain one
+    the control) and against the plain server; a server with a synthetic draft that is
+    not the target's fails (exit 1). The command's default stop token is the GGUF's."""
+    assert engine.EOS_BYTE == 255
+    gamma = 3
+
+    def run(spec_url, base_url, out, *extra):
+        return subprocess.run([sys.executable, "-m", "specdec", "exactness", "first-tokens",
+                               "--endpoint", spec_url, "--baseline", base_url,
+                               "--requests", "1200", "--seed", "1000", "--no-progress",
+                               "--out", str(tmp_path / out), *extra],
+                              capture_output=True, text=True, cwd=REPO, timeout=600)
+
+    with engine.serve("target", parallel=4, exact_cache=True) as base, \
+            engine.serve("target", "draft", gamma=gamma, parallel=4, exact_cache=True) as spec:
+        good = run(spec.url, base.url, "good.json", "--target", "target")
+    assert good.returncode == 0, good.stdout + good.stderr
+    saved = json.loads((tmp_path / "good.json").read_text())
+    assert saved["control"]["passed"] and saved["law_test"]["passed"]
+    assert saved["two_sample"]["passed"] and saved["law_test"]["detectable_tv"] < 0.35
+    with engine.serve("target", parallel=4, exact_cache=True) as base, \
+            engine.serve("target", "draft", gamma=gamma, parallel=4, exact_cache=True,
+                         extra=("--spec-synth-len", str(gamma + 1))) as bad:
+        wrong = run(bad.url, base.url, "bad.json", "--target", "target")
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert not json.loads((tmp_path / "bad.json").read_text())["law_test"]["passed"]
+
+
 # The large target's exactness with the draft is chapter 8's per-token check (every
 # emitted token, plain and with the draft, asserted in the notebook): the whole-book test
 # builds at 20,000 trials, where the check resolves a TV of 0.063; at the book's 0.02 it
