@@ -30,7 +30,7 @@ chapter: params $(STAMP)
 # Build llama.cpp's llama-server for Appendices C and F from the pinned llama-cpp-python source
 # distribution (version and SHA-256 checked; needs cmake and a C++ compiler) and convert
 # the book's models to GGUF; both cached per machine in ~/.cache/specdec-book
-# ($$SPECDEC_CACHE), so only the first run builds (10-30 min on 2 cores); then the example
+# ($$SPECDEC_CACHE), so only the first run builds (5-10 min on 2 cores); then the example
 # llama-speculative against the same libraries (about 15 s; conformance matrix).
 engine: $(STAMP)
 	@$(PY) tools/engine.py build

@@ -4,7 +4,7 @@ numerical agreement with specdec.nn, the harness, and the served law with and wi
 draft (exact) and with a setting that is not exact.
 
 The real-server tests are ``slow``: the first one on a machine builds llama-server (once,
-cached; 10-30 minutes on 2 cores), then each starts a server for a few seconds.
+cached; 5-10 minutes on 2 cores), then each starts a server for a few seconds.
 """
 
 from __future__ import annotations
@@ -689,7 +689,7 @@ def test_an_interrupted_build_leaves_no_server(server_binary, tmp_path, how):
 
 
 def test_a_long_build_says_how_far_it_is(tmp_path):
-    """The llama-server build (10-30 minutes on 2 cores) prints a line per report with the
+    """The llama-server build (5-10 minutes on 2 cores) prints a line per report with the
     stage read from cmake's log and the time taken (issue 30: progress a person can follow)."""
     import time as _time
 

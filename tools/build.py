@@ -515,7 +515,7 @@ def notebook_needs(source: Path) -> list[str]:
 
 def prepare(needs: set[str]) -> None:
     """Prepare what the notebooks about to execute need, and only that, saying what and how
-    long it took (the first llama.cpp build takes 10-30 minutes on 2 cores)."""
+    long it took (the first llama.cpp build takes 5-10 minutes on 2 cores)."""
     if "llama.cpp" in needs:
         t0 = time.perf_counter()
         print(f"preparing llama.cpp for the notebooks that run it ({NEEDS['llama.cpp']}); "

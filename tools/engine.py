@@ -273,7 +273,7 @@ def _build(jobs: int | None, log) -> Path:
     logfile = cache_root() / f"build-{build_key()}.log"
     jobs = jobs or max(os.cpu_count() or 1, 1)
     log(f"engine: building {TARGET} from llama-cpp-python {LLAMA_CPP_PYTHON} (once per "
-        f"machine; 10-30 min on 2 cores; log {logfile})")
+        f"machine; 5-10 min on 2 cores; log {logfile})")
     t0 = time.perf_counter()
     with open(logfile, "w") as fh, _reporting(logfile, t0, log):
         for cmd in (["cmake", "-S", str(src), "-B", str(out), *CMAKE_FLAGS],
