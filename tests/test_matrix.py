@@ -4,6 +4,7 @@ shape, and its job runner on real subprocesses (no engine needed)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -176,8 +177,12 @@ def _job(name, code, timeout=30.0, ok=(0, 1)):
 def test_run_jobs_in_order_with_verdict_exit_codes_and_failures():
     out = mx.run_jobs([_job("a", "import json; print(json.dumps({'x': 1}))"),
                        _job("b", "import json, sys; print(json.dumps({'x': 2})); sys.exit(1)"),
-                       _job("c", "print('{\"x\": 3}')")], parallel=2)
+                       _job("c", "print('{\"x\": 3}')")], parallel=2,
+                      progress=(lines := []).append)
     assert list(out) == ["a", "b", "c"] and [o["summary"]["x"] for o in out.values()] == [1, 2, 3]
+    assert [re.sub(r"\d+ s", "N s", x).split(" done")[1] for x in lines] == \
+        [" in N s (1 of 3 jobs)", " in N s (2 of 3 jobs)", " in N s (3 of 3 jobs)"]
+    assert sorted(x.split(" done")[0] for x in lines) == ["a", "b", "c"]
     assert out["b"]["returncode"] == 1 and all(o["seconds"] > 0 for o in out.values())
     with pytest.raises(mx.JobFailed, match="bad: exit status 2: boom"):
         mx.run_jobs([_job("bad", "import sys; sys.stderr.write('boom'); sys.exit(2)")])

@@ -461,13 +461,29 @@ def test_prepare_builds_llama_cpp_only_when_a_page_to_execute_needs_it(monkeypat
         build.prepare({"llama.cpp"})
 
 
+def test_progress_report_appends_lines_only_inside_a_build(tmp_path, monkeypatch):
+    """specbook.progress.report writes to the build's file (SPECDEC_PROGRESS), one line
+    per line of text, and does nothing outside a build."""
+    from specbook import progress
+
+    monkeypatch.delenv(progress.ENV, raising=False)
+    progress.report("nowhere")                       # no file, no error
+    path = tmp_path / "progress.txt"
+    monkeypatch.setenv(progress.ENV, str(path))
+    progress.report("vllm done in 85 s (3 of 18 jobs)")
+    progress.report("two\nlines\n\n")
+    assert path.read_text() == "vllm done in 85 s (3 of 18 jobs)\ntwo\nlines\n"
+
+
 @pytest.mark.slow
 def test_timed_notebooks_execute_with_nothing_else_running(tmp_path):
     root = make_fixture_book(tmp_path, ["ok", "other"])
     text = (FIXTURES / "ok.md").read_text()
     text = text.replace("  name: python3\n---", "  name: python3\nspecdec:\n  execute: alone\n---", 1)
     assert "execute: alone" in text
-    text += "\n(fx-timed-part)=\n## The second part\n\n```{code-cell} ipython3\nx = 1\n```\n"
+    text += ("\n(fx-timed-part)=\n## The second part\n\n```{code-cell} ipython3\n"
+             "from specbook.progress import report\nreport('job 1 of 2 done')\n"
+             "report('job 2 of 2 done')\nx = 1\n```\n")
     (root / "notebooks" / "timed.md").write_text(text.replace("fx-ok", "fx-timed"))
     write_toc(root, ["timed", "ok", "other"])      # listed first, executed last and alone
     proc = run_build(root, "--no-html", "--jobs", "2")
@@ -476,6 +492,12 @@ def test_timed_notebooks_execute_with_nothing_else_running(tmp_path):
     # a long execution says which section it is in: the title heading, then the second part
     steps = re.findall(r"^    timed: (.+) \(at \d+ (?:min \d+ )?s\)$", proc.stdout, re.M)
     assert steps == ["Fixture: a notebook that runs", "The second part"], proc.stdout
+    # and relays, as they come, the lines a long cell reports (specbook.progress), which
+    # stay out of the page
+    lines = re.findall(r"^      timed: (.+) \(at \d+ (?:min \d+ )?s\)$", proc.stdout, re.M)
+    assert lines == ["job 1 of 2 done", "job 2 of 2 done"], proc.stdout
+    cells = json.loads((root / "book" / "chapters" / "timed.ipynb").read_text())["cells"]
+    assert "job 1 of 2 done" not in json.dumps([c.get("outputs", []) for c in cells])
     order = re.findall(r"^\s+executed\s+(\S+) \(", proc.stdout, re.M)
     assert order[-1] == "timed" and sorted(order[:-1]) == ["ok", "other"]
 

@@ -333,6 +333,51 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
+class _ProgressRelay:
+    """Print the lines a notebook's kernel writes with :func:`specbook.progress.report`,
+    as they arrive, while the notebook executes (a thread of the worker process; the
+    kernel inherits ``SPECDEC_PROGRESS`` from it)."""
+
+    def __init__(self, name: str, t0: float, poll: float = 1.0):
+        import tempfile
+        import threading
+
+        from specbook import progress
+
+        fd, path = tempfile.mkstemp(prefix="specdec-progress-", suffix=".txt")
+        os.close(fd)
+        self.path, self.name, self.t0, self.poll = Path(path), name, t0, poll
+        self.env, self.old = progress.ENV, os.environ.get(progress.ENV)
+        os.environ[self.env] = str(self.path)
+        self.done, self.offset = threading.Event(), 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _emit(self) -> None:
+        with open(self.path, encoding="utf-8") as fh:
+            fh.seek(self.offset)
+            text = fh.read()
+        complete = text[:text.rfind("\n") + 1]          # whole lines only
+        self.offset += len(complete.encode("utf-8"))
+        for line in complete.splitlines():
+            print(f"      {self.name}: {line} (at {_elapsed(time.perf_counter() - self.t0)})",
+                  flush=True)
+
+    def _run(self) -> None:
+        while not self.done.wait(self.poll):
+            self._emit()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self._emit()
+        if self.old is None:
+            os.environ.pop(self.env, None)
+        else:
+            os.environ[self.env] = self.old
+        self.path.unlink(missing_ok=True)
+
+
 def execute_notebook(task: dict) -> dict:
     """Run one notebook with papermill (in a worker process); never raises.
 
@@ -362,6 +407,7 @@ def execute_notebook(task: dict) -> dict:
                       flush=True)
 
         hooks["on_cell_start"] = on_cell_start   # nbclient's hook, through papermill
+    relay = _ProgressRelay(task["name"], t0) if task.get("alone") else None
     try:
         result = pm.execute_notebook(
             nb, str(staging), parameters=task["params"], kernel_name="python3",
@@ -393,6 +439,9 @@ def execute_notebook(task: dict) -> dict:
         first = ANSI.sub("", str(exc)).strip().splitlines() or [""]
         return {"ok": False, "seconds": time.perf_counter() - t0,
                 "error": f"{task['rel']}: {type(exc).__name__}: {first[0]}", "detail": []}
+    finally:
+        if relay is not None:
+            relay.stop()
     seconds = time.perf_counter() - t0
     for cell in result.cells:
         if cell.cell_type == "code":

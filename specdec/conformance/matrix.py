@@ -24,7 +24,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from specdec.conformance.report import pvalue_text
 
@@ -275,11 +275,14 @@ class JobFailed(RuntimeError):
     """An adapter run exited with a status that is not a verdict, or timed out."""
 
 
-def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1) -> dict[str, dict]:
+def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1,
+             progress: Callable[[str], None] | None = None) -> dict[str, dict]:
     """Run the jobs, ``parallel`` at a time in the order given; each one's JSON and seconds.
 
     A job starts as soon as one of the running ones ends, whichever it is. Output goes to
     temporary files, not pipes, so a job with a large summary never waits for the others.
+    ``progress``, if given, is called with a line as each job ends (its name, its seconds,
+    how many of the jobs are done).
 
     Returns
     -------
@@ -316,6 +319,9 @@ def run_jobs(jobs: Sequence[Job], *, parallel: int = 2, poll: float = 0.1) -> di
                             f"{stderr[-2000:]}") from None
         out[job.name] = {"summary": summary, "seconds": time.perf_counter() - t0,
                          "returncode": proc.returncode}
+        if progress is not None:
+            progress(f"{job.name} done in {out[job.name]['seconds']:.0f} s "
+                     f"({len(out)} of {len(jobs)} jobs)")
 
     try:
         while pending or running:
