@@ -473,6 +473,7 @@ def test_progress_report_appends_lines_only_inside_a_build(tmp_path, monkeypatch
     progress.report("vllm done in 85 s (3 of 18 jobs)")
     progress.report("two\nlines\n\n")
     assert path.read_text() == "vllm done in 85 s (3 of 18 jobs)\ntwo\nlines\n"
+    assert build.PROGRESS_ENV == progress.ENV            # the build sets what report reads
 
 
 @pytest.mark.slow

@@ -333,6 +333,11 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
+#: The variable naming the file a notebook's long cells write progress lines to
+#: (``specbook.progress.ENV``; the build's worker does not import the book's machinery).
+PROGRESS_ENV = "SPECDEC_PROGRESS"
+
+
 class _ProgressRelay:
     """Print the lines a notebook's kernel writes with :func:`specbook.progress.report`,
     as they arrive, while the notebook executes (a thread of the worker process; the
@@ -342,12 +347,10 @@ class _ProgressRelay:
         import tempfile
         import threading
 
-        from specbook import progress
-
         fd, path = tempfile.mkstemp(prefix="specdec-progress-", suffix=".txt")
         os.close(fd)
         self.path, self.name, self.t0, self.poll = Path(path), name, t0, poll
-        self.env, self.old = progress.ENV, os.environ.get(progress.ENV)
+        self.env, self.old = PROGRESS_ENV, os.environ.get(PROGRESS_ENV)
         os.environ[self.env] = str(self.path)
         self.done, self.offset = threading.Event(), 0
         self.thread = threading.Thread(target=self._run, daemon=True)
