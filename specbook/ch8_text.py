@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from specdec import cost
+
 from specbook.prose import pvalue_text, sci, signed_percent
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
@@ -838,7 +840,9 @@ def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_i
     target's sample equals the draft's arg-max) at draft length ``gamma``: this draft's
     match probability and the ideal one (the target's own arg-max) per position of the
     served texts, and the cost model fed with the ideal at the same ``gamma``, ``c`` and
-    ``g``, judged against break-even. ``mark`` is kept for callers and not used (see
+    ``g`` (``model_ideal``: every position kept with probability ``match_ideal``, so
+    ``E = (1 - match_ideal ** (gamma + 1)) / (1 - match_ideal)``), judged against
+    break-even. ``mark`` is kept for callers and not used (see
     :func:`pays_interval`). Returns short sentences, the first in lower case."""
     for name, x in (("match_draft", match_draft), ("match_ideal", match_ideal),
                     ("served", served)):
@@ -860,8 +864,9 @@ def draft_ceiling(match_draft: float, match_ideal: float, served: float, model_i
             f"positions and its own arg-max at {match_ideal:.0%}, the cap for any greedy "
             f"draft. The speculative server reported {served:.0%} of drafted tokens "
             f"accepted, fewer, since a token counts only if every earlier one in its cycle "
-            f"was. A draft at the cap, E = 1 + {gamma}·{match_ideal:.2f}, would give "
-            f"{model_ideal:.2f}× in the cost model: {verdict}")
+            f"was. A draft at the cap, every position kept with probability "
+            f"{match_ideal:.2f} (E = {float(cost.expected_tokens(match_ideal, gamma)):.2f} "
+            f"tokens per pass), would give {model_ideal:.2f}× in the cost model: {verdict}")
     if model_ideal < 1:
         return (text + ". A rule that samples the draft and accepts with min(1, p/q) is "
                 "not capped this way")

@@ -434,9 +434,12 @@ def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: 
             engine.serve("target", "draft", gamma, parallel=slots, exact_cache=True,
                          log=log) as spec:
         draws = {}
-        for name, server in (("baseline", base), ("speculative", spec)):
+        # disjoint seeds: with one draw per emitted token, same seeds would give both
+        # servers the same text and a two-sample test that passes by construction
+        for offset, (name, server) in enumerate((("baseline", base), ("speculative", spec))):
             draws[name] = ex.first_tokens(cl.Endpoint(server.url), exact_prompt, exact_trials,
-                                          seed=seed, pad=engine.EOS_BYTE, generate=gamma + 4)
+                                          seed=seed + offset * exact_trials,
+                                          pad=engine.EOS_BYTE, generate=gamma + 4)
             exactness[name] = ex.first_tokens_law_test(draws[name], law).to_dict()
         exactness["two_sample"] = ex.two_sample(draws["baseline"], draws["speculative"]).to_dict()
         long = [ex.first_tokens(cl.Endpoint(s.url), exact_prompt, identity_requests, k=32,
@@ -447,7 +450,8 @@ def run_served_study(*, seed: int = 2026, gamma: int = 3, prompts_per_language: 
     with engine.serve("target", "draft", gamma, parallel=slots, exact_cache=True,
                       extra=("--spec-synth-len", str(gamma + 1)), log=log) as bad:
         bad_draws = ex.first_tokens(cl.Endpoint(bad.url), exact_prompt, exact_trials,
-                                    seed=seed, pad=engine.EOS_BYTE, generate=gamma + 4)
+                                    seed=seed + 2 * exact_trials, pad=engine.EOS_BYTE,
+                                    generate=gamma + 4)
         exactness["synthetic"] = ex.first_tokens_law_test(bad_draws, law).to_dict()
         exactness["synthetic_two_sample"] = ex.two_sample(draws["baseline"], bad_draws).to_dict()
         exactness["synthetic_flag"] = f"--spec-synth-len {gamma + 1}"

@@ -411,7 +411,9 @@ def test_draft_ceiling_both_ways_and_refusals():
     from specbook.ch8_text import draft_ceiling
     low = draft_ceiling(0.12, 0.21, 0.10, 0.98, 1.5, 4)
     assert "arg-max at 12% of positions" in low and "its own arg-max at 21%" in low
-    assert "E = 1 + 4·0.21" in low and "0.98× in the cost model: slower than plain" in low
+    # every position kept with probability 0.21: E = (1 - 0.21 ** 5) / (1 - 0.21) = 1.27
+    assert "with probability 0.21 (E = 1.27 tokens per pass)" in low
+    assert "0.98× in the cost model: slower than plain" in low
     assert "not capped this way" in low and "1.5" not in low
     high = draft_ceiling(0.5, 0.8, 0.45, 2.1, 1.5, 4)
     assert "2.10× in the cost model: faster than plain decoding" in high

@@ -343,7 +343,7 @@ def _exactness(args, argv) -> int:
         if args.temperature is None:
             args.temperature = 1.0
         if not (math.isfinite(args.temperature) and args.temperature > 0):
-            raise ValueError(f"--temperature: must be > 0 with --exactness (got "
+            raise ValueError(f"--temperature: must be > 0 for an exactness check (got "
                              f"{args.temperature:g}; at 0 every law is a point mass)")
         if args.seed < 0:
             raise ValueError(f"--seed: must be >= 0 (got {args.seed})")
@@ -358,7 +358,7 @@ def _exactness(args, argv) -> int:
         if args.exactness == "reported":
             for flag in ("--target", "--draft", "--top-k"):
                 if getattr(args, flag[2:].replace("-", "_")) is not None:
-                    raise ValueError(f"{flag}: only with --exactness model")
+                    raise ValueError(f"{flag}: only with the model mode (specdec exactness model)")
             if args.post_sampling_probs and args.processed_logprobs:
                 raise ValueError("--processed-logprobs: not with --post-sampling-probs "
                                  "(one is vLLM's server setting, the other llama.cpp's "
@@ -377,7 +377,8 @@ def _exactness(args, argv) -> int:
                                  "model (e.g. --target target)")
             for flag in ("--post-sampling-probs", "--processed-logprobs"):
                 if getattr(args, flag[2:].replace("-", "_")):
-                    raise ValueError(f"{flag}: only with --exactness reported")
+                    raise ValueError(f"{flag}: only with the reported mode (specdec "
+                                     "exactness reported)")
             if args.tolerance is None and base is None:
                 raise ValueError("--tolerance: give it, or --baseline URL (a plain server "
                                  "of the same target) to measure it")
@@ -517,7 +518,8 @@ def first_tokens_parser(prog: str = "specdec exactness first-tokens") -> argpars
                    help="tokens generated per request (default --tokens + 8, so that the "
                         "counted positions are drafted)")
     p.add_argument("--temperature", type=float, default=1.0, help="> 0 (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="request k gets seed SEED + k")
+    p.add_argument("--seed", type=int, default=0,
+                   help="request k gets seed SEED + k, and SEED + REQUESTS + k on the baseline")
     p.add_argument("--stop-token", type=int, default=255,
                    help="token id that ends a request, padding the tokens it did not emit "
                         "(default 255, the end of text of the book's GGUF files)")
@@ -591,6 +593,11 @@ def first_tokens_main(argv=None, prog: str = "specdec exactness first-tokens") -
               "prompt": args.prompt, "temperature": args.temperature, "tokens": args.tokens,
               "requests": args.requests, "seed": args.seed, "draws": {}}
     draws = {}
+    # disjoint seeds: llama.cpp draws one number per emitted token, so an exact server and
+    # its plain twin give the same text for the same seed, and two coupled samples would
+    # pass the two-sample test by construction
+    seeds = {"speculative": args.seed, "baseline": args.seed + args.requests}
+    result["seeds"] = {k: [v, v + args.requests - 1] for k, v in seeds.items() if k in servers}
     try:
         for name, server in servers.items():
             update, close = _progress(args.requests, not args.no_progress,
@@ -598,7 +605,7 @@ def first_tokens_main(argv=None, prog: str = "specdec exactness first-tokens") -
             try:
                 draws[name] = ex.first_tokens(
                     server, args.prompt, args.requests, k=args.tokens,
-                    temperature=args.temperature, seed=args.seed, pad=args.stop_token,
+                    temperature=args.temperature, seed=seeds[name], pad=args.stop_token,
                     generate=args.max_tokens, extra=extra, concurrency=args.concurrency,
                     progress=update)
             finally:
