@@ -110,6 +110,19 @@ def _serve(argv: Sequence[str]) -> int:
     ap.add_argument("--parallel", type=int, default=1, help="slots (concurrent requests)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    import os
+
+    problems = [f"{flag}: must be an integer >= 1 (got {value})"
+                for flag, value in (("--gamma", args.gamma), ("--parallel", args.parallel),
+                                    ("--threads", args.threads)) if value < 1]
+    if not (os.path.isfile(args.binary) and os.access(args.binary, os.X_OK)):
+        problems.append(f"--binary: no executable file {args.binary!r}")
+    for flag, path in (("--model", args.model), ("--draft-model", args.draft_model)):
+        if path is not None and not os.path.isfile(path):
+            problems.append(f"{flag}: no file {path!r}")
+    if problems:                          # usage errors: exit 2, nothing started
+        print("error: " + "; ".join(problems), file=sys.stderr)
+        return 2
     label = args.model + (f" with {args.draft_model}, gamma {args.gamma}"
                           if args.draft_model else "")
     try:

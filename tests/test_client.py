@@ -962,3 +962,18 @@ def test_each_exactness_mode_lists_its_own_options_and_exit_statuses(capsys):
     text = capsys.readouterr().out
     assert "--concurrency" in text and not any(
         f in text for f in ("--requests", "--top-logprobs", "--tolerance", "--exactness"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--binary", "/bin/true", "--model", __file__, "--gamma", "0"], "--gamma: must be"),
+    (["--binary", "/no/llama-server", "--model", __file__], "--binary: no executable file"),
+    (["--binary", "/bin/true", "--model", "/no/target.gguf"], "--model: no file"),
+    (["--binary", "/bin/true", "--model", __file__, "--draft-model", "/no/d.gguf"],
+     "--draft-model: no file"),
+])
+def test_serve_refuses_bad_input_with_exit_2_before_starting(argv, message, capsys):
+    """specdec serve: a usage error exits 2 (as its --help says) and starts nothing."""
+    from specdec.__main__ import main as specdec_main
+
+    assert specdec_main(["serve", *argv]) == 2
+    assert message in capsys.readouterr().err
