@@ -958,6 +958,11 @@ def test_each_exactness_mode_lists_its_own_options_and_exit_statuses(capsys):
         assert not any(f in text for f in ("--rate", "--ttft-max", "--burstiness",
                                            "--repeats", "every request was measured")), mode
         assert ("--concurrency" in text) == (mode == "first-tokens"), mode   # in flight
+        assert "Needs:" in text, mode
+        if mode != "first-tokens":          # and not the other mode's options
+            other = {"reported": ("--target", "--top-k", "--baseline"),
+                     "model": ("--top-logprobs", "--processed-logprobs")}[mode]
+            assert not any(f"[{f}" in text for f in other), mode     # in its usage
     assert specdec_main(["bench", "--help"]) == 0
     text = capsys.readouterr().out
     assert "--concurrency" in text and not any(

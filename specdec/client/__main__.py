@@ -70,27 +70,44 @@ def _numbers(text: str, kind, name: str) -> list:
 BENCH_ONLY = ("--concurrency", "--rate", "--burstiness", "--ttft-max", "--tpot-max", "--repeats")
 
 
-def parser(prog: str = "python -m specdec.client", mode: str = "all") -> argparse.ArgumentParser:
+def parser(prog: str = "python -m specdec.client", mode: str = "all",
+           law: str | None = None) -> argparse.ArgumentParser:
     """The command line: ``mode`` "all" (``python -m specdec.client``, every option),
     "bench" (``specdec bench``: no exactness options) or "exactness" (``specdec exactness
-    reported|model``: no load options; the law comes from the sub-command)."""
+    reported|model``: no load options, and with ``law`` only that mode's options)."""
     if mode not in ("all", "bench", "exactness"):
         raise ValueError(f"mode: must be 'all', 'bench' or 'exactness' (got {mode!r})")
+    if law not in (None, "reported", "model"):
+        raise ValueError(f"law: must be None, 'reported' or 'model' (got {law!r})")
+    only = {"reported": {"--baseline", "--target", "--draft", "--top-k"},
+            "model": {"--top-logprobs", "--post-sampling-probs", "--processed-logprobs"},
+            None: set()}[law]                    # the other mode's options, left out
     paragraphs = __doc__.split("\n\n")
     keep = {"all": paragraphs[1:], "bench": paragraphs[1:3], "exactness": paragraphs[3:]}[mode]
+    description = {
+        None: "Test every token a server emits against its law.",
+        "reported": "Test every token a server emits against the law it reports (its "
+                    "log-probabilities).\nNeeds: a running OpenAI-compatible server that "
+                    "returns log-probabilities, on a URL you give.",
+        "model": "Test every token the book's own llama-server emits against the law the "
+                 "book's models compute.\nNeeds: llama-server serving the book's GGUF models "
+                 "(specdec serve) on a URL you give, --target, and --baseline (a plain "
+                 "server of the same target) or --tolerance."}[law]
     p = argparse.ArgumentParser(prog=prog, description=paragraphs[0] if mode != "exactness"
-                                else "Test every token a server emits against its law.",
+                                else description,
                                 epilog=re.sub(r":mod:`([^`]+)`", r"\1",
                                               "\n\n".join(keep).replace("``", "")),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8080")
-    p.add_argument("--baseline", help={
+    baseline_help = {
         "all": "base URL of the same server without speculation: run the paired protocol "
                "against it (with --exactness model: measure the numerical disagreement there)",
         "bench": "base URL of the same server without speculation: run the paired, "
                  "interleaved protocol against it",
         "exactness": "model: base URL of a plain server of the same target, on which the "
-                     "numerical disagreement between numpy and the engine is measured"}[mode])
+                     "numerical disagreement between numpy and the engine is measured"}[mode]
+    if "--baseline" not in only:
+        p.add_argument("--baseline", help=baseline_help)
     p.add_argument("--api", choices=("completions", "chat"), default="completions")
     p.add_argument("--model", help="model name sent with every request (vLLM, SGLang)")
     p.add_argument("--prompts", type=Path, help='JSON file {"language": ["prompt", ...]}')
@@ -136,19 +153,24 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all") -> argpars
                             "log-probabilities, or against the book's models")
     g.add_argument("--requests", type=int, default=200,
                    help="seeded requests (prompts in turn; default 200)")
-    g.add_argument("--top-logprobs", type=int, default=20,
-                   help="reported: top tokens per position, the rest pooled (default 20)")
-    g.add_argument("--post-sampling-probs", action="store_true",
-                   help="reported: ask llama.cpp for the law after its sampling chain "
-                        "(needed at a temperature other than 1)")
-    g.add_argument("--processed-logprobs", action="store_true",
-                   help="reported: the server already reports the law after temperature "
-                        "and truncation (vLLM started with --logprobs-mode "
-                        "processed_logprobs), so any --temperature can be tested")
-    g.add_argument("--target", help="model: the book's target model (e.g. target)")
-    g.add_argument("--draft", help="model: the book's draft model (adds the draft/target "
-                                   "ordering)")
-    g.add_argument("--top-k", type=int, help="model: the law's top-k (sent to the server)")
+    def add(flag, **kw):                       # an option of one mode: only in its help
+        if flag not in only:
+            g.add_argument(flag, **kw)
+
+    add("--top-logprobs", type=int, default=20,
+        help="reported: top tokens per position, the rest pooled (default 20)")
+    add("--post-sampling-probs", action="store_true",
+        help="reported: ask llama.cpp for the law after its sampling chain "
+             "(needed at a temperature other than 1)")
+    add("--processed-logprobs", action="store_true",
+        help="reported: the server already reports the law after temperature "
+             "and truncation (vLLM started with --logprobs-mode "
+             "processed_logprobs), so any --temperature can be tested")
+    add("--target", help="model: the book's target model (e.g. target)")
+    add("--draft", help="model: the book's draft model (adds the draft/target ordering)")
+    add("--top-k", type=int, help="model: the law's top-k (sent to the server)")
+    p.set_defaults(baseline=None, target=None, draft=None, top_k=None, top_logprobs=20,
+                   post_sampling_probs=False, processed_logprobs=False)
     g.add_argument("--false-alarm", type=float, default=1e-6,
                    help="probability that an exact server fails (default 1e-6)")
     g.add_argument("--tolerance", type=float,
@@ -224,7 +246,7 @@ def main(argv=None, prog: str = "python -m specdec.client", mode: str = "all",
          exactness: str | None = None) -> int:
     """Run the client; ``mode`` and ``exactness`` as :func:`parser` (``specdec bench``,
     ``specdec exactness reported|model``); return the exit status."""
-    args = parser(prog, mode).parse_args(argv)
+    args = parser(prog, mode, law=exactness if mode == "exactness" else None).parse_args(argv)
     if mode == "exactness":
         args.exactness = exactness
     if args.exactness:
