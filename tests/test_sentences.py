@@ -58,4 +58,3 @@ def test_long_sentences_names_the_count_and_the_sentence():
 
 def test_a_page_without_main_falls_back_to_the_body():
     assert S.page_sentences("<html><body><p>Body. Text.</p></body></html>") == ["Body.", "Text."]
-
