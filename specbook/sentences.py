@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["MAX_WORDS", "EXCLUDED", "blocks", "split_sentences", "words", "page_sentences",
-           "long_sentences"]
+           "long_sentences", "section_titles", "notebook_prose"]
 
 #: The most words a rendered sentence may have.
 MAX_WORDS = 45
@@ -79,3 +79,82 @@ def page_sentences(html: str) -> list[str]:
 def long_sentences(html: str, limit: int = MAX_WORDS) -> list[tuple[int, str]]:
     """The sentences of a rendered page longer than ``limit`` words, as (words, sentence)."""
     return [(n, s) for s in page_sentences(html) if (n := words(s)) > limit]
+
+
+# ---------------------------------------------------- the prose of an executed notebook
+#
+# The rendered-page check above needs the HTML, that is a whole book build; the builds at
+# other seeds (tests/conftest.py, ``chapters_at_other_seeds``) only execute. These
+# functions read the same prose from an executed notebook instead: its markdown cells with
+# every glued value put in place, the MyST roles replaced by the words they render to, and
+# markdown-it (installed with myst-parser) turning the result into the HTML blocks that
+# :func:`page_sentences` reads. A role whose rendering needs the whole book is replaced by
+# its longest likely form, so a sentence is counted no shorter than it renders.
+
+_ROLE = re.compile(r"\{([a-z][\w:-]*)\}`([^`]*)`")
+_LABEL = re.compile(r"^\(([\w.-]+)\)=\s*\n+#+\s+(.+)$", re.M)
+_DOLLAR_MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
+_FENCE = re.compile(r"^(`{3,}|:{3,}).*?^\1\s*$", re.S | re.M)
+
+
+def section_titles(sources) -> dict[str, str]:
+    """``label -> title`` of every ``(label)=`` heading in the given MyST markdown texts:
+    what a ``{ref}`` without its own text renders to."""
+    return {m.group(1): m.group(2).strip() for text in sources for m in _LABEL.finditer(text)}
+
+
+def _glued_text(body: str, glued: dict) -> str:
+    if "::" in body:                       # a value glued on another page: a few words
+        return "a value from another page"
+    key, _, spec = body.partition(":")
+    if key not in glued:
+        raise KeyError(f"{{glue:text}}`{body}`: no value glued under {key!r}")
+    value = glued[key]
+    return format(value, spec) if spec else str(value)
+
+
+def notebook_prose(notebook: dict, glued: dict, titles: dict[str, str]) -> str:
+    """The prose of an executed notebook as HTML: markdown cells only, each
+    ``{glue:text}`` replaced by its glued value (formatted with its spec), references by
+    the words they render to, math left out (as :data:`EXCLUDED` leaves it out of a page),
+    and fenced blocks (figures, tables,
+    directives) left out.
+
+    Parameters
+    ----------
+    notebook : dict
+        The executed notebook (nbformat JSON).
+    glued : dict
+        ``key -> value`` glued by that notebook (``tests/conftest.py``'s ``glued_values``).
+    titles : dict
+        ``label -> section title`` (:func:`section_titles`).
+
+    Raises
+    ------
+    KeyError
+        A ``{glue:text}`` names a key the notebook did not glue.
+    """
+    from markdown_it import MarkdownIt
+
+    def role(m):
+        name, body = m.groups()
+        if name.startswith("glue"):
+            return _glued_text(body, glued)
+        text, _, label = body.partition("<")
+        if name == "numref":
+            return text.replace("%s", "8.8").strip() if label else "Figure 8.8"
+        if name == "ref":
+            return text.strip() if label else titles.get(body.strip(), "the section")
+        if name.startswith("cite"):
+            return " ".join("Author et al. 2000" for _ in body.split(","))
+        return body
+
+    parts = []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        text = _FENCE.sub("", text)
+        text = _ROLE.sub(role, text)
+        parts.append(_DOLLAR_MATH.sub("", text))
+    return "<main>" + MarkdownIt("commonmark").render("\n\n".join(parts)) + "</main>"

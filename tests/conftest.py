@@ -1,28 +1,33 @@
 """Fixtures shared by test modules.
 
 ``whole_book`` builds the real book once per session, from a copy of the repository's
-sources in a temporary directory, so the end-to-end pipeline test and the checks of the
+sources in a temporary directory; the build starts with the session and runs beside the
+other tests, whose order puts the tests that read it last (see
+:func:`pytest_collection_modifyitems`), so the end-to-end pipeline test and the checks of the
 rendered book (tests/test_publishing.py) run on a fresh build even in a clean clone
 where ``make book`` was never run. It is slow (all notebooks execute): only tests marked
 ``slow`` use it. It builds at :data:`WHOLE_BOOK_TRIALS` trials, a tenth of the default:
-the two timed chapters (chapter 8 and Appendix C) then run their quick execution (chapter
-8's per-token checks on a tenth of the tokens, at least 5 prompts per language and fewer
-cost windows; Appendix C's slowest passing rows on a tenth of their trials), which took
-their 27 minutes of execution at the defaults down to about 13 here. Their defaults run
-in `make book`, and chapter 8's in `make bench`; the untimed chapters are re-executed at
-the default trials by the pipeline test, at seed 7.
+the two timed pages (Appendices C and F) then run their quick execution (Appendix F's
+per-token checks on a tenth of the tokens, fewer prompts and cost windows; Appendix C's
+slowest passing rows on a tenth of their trials). Their defaults run in `make book`, and
+Appendix F's rule in `make bench`; the untimed chapters are re-executed at the default
+trials by the pipeline test, at seed 7.
 
-``chapters_at_other_seeds`` builds every chapter but the timed one (chapter 8) at three
-more (seed, trials) pairs, executing only (no HTML), once per pair for the whole session:
-the pipeline test checks the calibrated assertions held, and tests/test_prose.py checks
-the sentences the chapters chose against the values they glued, on the same builds.
+``chapters_at_other_seeds`` builds every chapter but the timed ones at three more
+(seed, trials) pairs, executing only (no HTML), once per pair for the whole session: the
+pipeline test checks the calibrated assertions held, and tests/test_prose.py checks the
+sentences the chapters chose against the values they glued, and their length, on the
+same builds.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -56,13 +61,76 @@ class WholeBook:
 WHOLE_BOOK_TRIALS = 20_000
 
 
-@pytest.fixture(scope="session")
-def whole_book(tmp_path_factory) -> WholeBook:
-    root = _load_snapshot().copy_sources(REPO, tmp_path_factory.mktemp("whole") / "repo")
+def _uses(item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Run order: the tests of the other-seed builds first, the tests that read the whole
+    book last, everything else in between, each group in pytest's own order (trylast:
+    after pytest has grouped the tests of each parametrised session fixture).
+
+    The whole-book build starts with the session and runs beside the other tests
+    (:func:`_whole_book_build`). The other-seed builds go first so that they share the
+    machine with the book's untimed notebooks: the book's timed notebooks (Appendices C
+    and F) hold the machine's execution lock alone, and a build that needs it meanwhile
+    waits for them."""
+    book = [i for i in items if _uses(i, "whole_book")]
+    seeds = [i for i in items if _uses(i, "chapters_at_other_seeds") and not _uses(i, "whole_book")]
+    chosen = {id(i) for i in book + seeds}
+    items[:] = seeds + [i for i in items if id(i) not in chosen] + book
+
+
+@dataclass
+class _BookBuild:
+    root: Path
+    proc: subprocess.Popen
+    stdout: Path
+    stderr: Path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _whole_book_build(request, tmp_path_factory):
+    """Start the whole-book build when the session starts, if a selected test reads it:
+    a subprocess (its own process group, output to files) that runs while the other
+    tests run; :func:`whole_book` waits for it. Started before any test, it builds the
+    sources as they were when the session started. If the session ends first
+    (interrupted, or ``-x``), the build's process group is stopped: SIGINT, which the
+    notebooks' servers are stopped on, then SIGKILL after a minute."""
+    if not any(_uses(i, "whole_book") for i in request.session.items):
+        yield None
+        return
+    base = tmp_path_factory.mktemp("whole")
+    root = _load_snapshot().copy_sources(REPO, base / "repo")
     assert not (root / ".venv").exists() and not (root / "_build").exists()
-    first = subprocess.run([sys.executable, str(BUILD), "--root", str(root), "--trials",
-                            str(WHOLE_BOOK_TRIALS)], capture_output=True, text=True, cwd=root)
-    return WholeBook(root=root, first=first)
+    out, err = base / "build.stdout", base / "build.stderr"
+    with out.open("w") as fo, err.open("w") as fe:
+        proc = subprocess.Popen([sys.executable, str(BUILD), "--root", str(root), "--trials",
+                                 str(WHOLE_BOOK_TRIALS)], stdout=fo, stderr=fe, cwd=root,
+                                start_new_session=True)
+    try:
+        yield _BookBuild(root=root, proc=proc, stdout=out, stderr=err)
+    finally:
+        if proc.poll() is None:
+            for sig, wait in ((signal.SIGINT, 60), (signal.SIGKILL, 10)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=wait)
+                    break
+
+
+@pytest.fixture(scope="session")
+def whole_book(_whole_book_build) -> WholeBook:
+    """The book built from scratch at :data:`WHOLE_BOOK_TRIALS` (see module doc): waits
+    for the build :func:`_whole_book_build` started with the session."""
+    b = _whole_book_build
+    returncode = b.proc.wait()
+    first = subprocess.CompletedProcess(b.proc.args, returncode,
+                                        b.stdout.read_text(errors="replace"),
+                                        b.stderr.read_text(errors="replace"))
+    return WholeBook(root=b.root, first=first)
 
 
 #: (seed, trials) of the multi-seed builds: one trial, a few thousand, twice the default.

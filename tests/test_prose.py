@@ -194,3 +194,22 @@ def test_appendix_a4_sentences(chapters_at_other_seeds):
     assert f"{abs(gap):.3f}" in verdict and f"{se:.3f}" in verdict
     # a pass states the largest error it could have missed, in the book's notation
     assert 0 < g["a4_kit_detectable"] < 1 and g["a4_kit_false_alarm"] == "10⁻⁶"
+
+
+@pytest.mark.slow
+def test_sentences_at_other_seeds_are_at_most_45_words(chapters_at_other_seeds):
+    """The rendered-sentence rule (tests/test_publishing.py checks every page of the
+    seed-2026 book) at three more (seed, trials): each executed chapter's prose with its
+    glued values in place, read as the page would render it (specbook.sentences)."""
+    from specbook import sentences as S
+
+    built = chapters_at_other_seeds
+    assert built.proc.returncode == 0, built.proc.stdout + built.proc.stderr
+    titles = S.section_titles(p.read_text(encoding="utf-8")
+                              for p in sorted((built.root / "notebooks").glob("*.md")))
+    found = []
+    for name in built.names:
+        prose = S.notebook_prose(built.notebook(name), built.glued(name), titles)
+        found += [f"{name} ({n} words): {s}" for n, s in S.long_sentences(prose)]
+    assert not found, (f"seed {built.seed}, trials {built.trials}: sentences over "
+                       f"{S.MAX_WORDS} words:\n" + "\n".join(found))

@@ -58,3 +58,30 @@ def test_long_sentences_names_the_count_and_the_sentence():
 
 def test_a_page_without_main_falls_back_to_the_body():
     assert S.page_sentences("<html><body><p>Body. Text.</p></body></html>") == ["Body.", "Text."]
+
+
+def _notebook(*markdown):
+    cells = [{"cell_type": "markdown", "source": m} for m in markdown]
+    cells.insert(1, {"cell_type": "code", "source": "print('Not. Prose.')", "outputs": []})
+    return {"cells": cells}
+
+
+def test_notebook_prose_puts_glued_values_and_references_in_place():
+    nb = _notebook("The draft gives {glue:text}`speed:.2f`× ({glue:text}`side`). "
+                   "See {ref}`sec-run` and {ref}`the run <sec-run>`.",
+                   "As {numref}`Chapter %s <ch-mass>` shows {cite}`a,b`, $p$ and $q$ go.\n\n"
+                   "```{glue:figure} fig\nA caption. Not here.\n```\n\n- An item\n  "
+                   "continues. {glue:text}`other.ipynb::key`")
+    glued = {"speed": 0.6449, "side": "slower"}
+    html = S.notebook_prose(nb, glued, S.section_titles(["(sec-run)=\n\n## Does it pay?\n"]))
+    assert S.page_sentences(html) == [
+        "The draft gives 0.64× (slower).", "See Does it pay? and the run.",
+        "As Chapter 8.8 shows Author et al. 2000 Author et al. 2000, and go.",
+        "An item continues. a value from another page"]
+
+
+def test_notebook_prose_refuses_a_key_that_was_not_glued():
+    import pytest
+
+    with pytest.raises(KeyError, match="'speed'"):
+        S.notebook_prose(_notebook("{glue:text}`speed:.2f`"), {}, {})
