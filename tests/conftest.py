@@ -72,10 +72,9 @@ def pytest_collection_modifyitems(session, config, items):
     after pytest has grouped the tests of each parametrised session fixture).
 
     The whole-book build starts with the session and runs beside the other tests
-    (:func:`_whole_book_build`). The other-seed builds go first so that they share the
-    machine with the book's untimed notebooks: the book's timed notebooks (Appendices C
-    and F) hold the machine's execution lock alone, and a build that needs it meanwhile
-    waits for them."""
+    (:func:`_whole_book_build`); the session's other builds take a lock of their own, so
+    they do not wait for its timed pages. The other-seed builds go first: their tests are
+    the session's longest after the book's."""
     book = [i for i in items if _uses(i, "whole_book")]
     seeds = [i for i in items if _uses(i, "chapters_at_other_seeds") and not _uses(i, "whole_book")]
     chosen = {id(i) for i in book + seeds}
@@ -95,7 +94,12 @@ def _whole_book_build(request, tmp_path_factory):
     """Start the whole-book build when the session starts, if a selected test reads it:
     a subprocess (its own process group, output to files) that runs while the other
     tests run; :func:`whole_book` waits for it. Started before any test, it builds the
-    sources as they were when the session started. If the session ends first
+    sources as they were when the session started. It holds the machine's execution lock
+    as ``make book`` does (its timed pages wait for other clones' builds); the session's
+    other builds get a lock of their own (``tools/build.py``'s ``LOCK_ENV``), which only
+    orders them among themselves: they run beside the book's timed pages, whose timings
+    in this test build are noisier for it (the tests assert none of their directions).
+    If the session ends first
     (interrupted, or ``-x``), the build's process group is stopped: SIGINT, which the
     notebooks' servers are stopped on, then SIGKILL after a minute."""
     if not any(_uses(i, "whole_book") for i in request.session.items):
@@ -105,13 +109,24 @@ def _whole_book_build(request, tmp_path_factory):
     root = _load_snapshot().copy_sources(REPO, base / "repo")
     assert not (root / ".venv").exists() and not (root / "_build").exists()
     out, err = base / "build.stdout", base / "build.stderr"
+    lock_env = _load_build_tool().LOCK_ENV
+    env = {k: v for k, v in os.environ.items() if k != lock_env}   # the machine's lock
     with out.open("w") as fo, err.open("w") as fe:
         proc = subprocess.Popen([sys.executable, str(BUILD), "--root", str(root), "--trials",
                                  str(WHOLE_BOOK_TRIALS)], stdout=fo, stderr=fe, cwd=root,
-                                start_new_session=True)
+                                env=env, start_new_session=True)
+    # The session's other builds order themselves on a lock of their own: on the
+    # machine's, each would wait for this build's timed pages (Appendices C and F, about
+    # 20 minutes), with the session stopped behind it.
+    before = os.environ.get(lock_env)
+    os.environ[lock_env] = str(base / "session-execution.lock")
     try:
         yield _BookBuild(root=root, proc=proc, stdout=out, stderr=err)
     finally:
+        if before is None:
+            os.environ.pop(lock_env, None)
+        else:
+            os.environ[lock_env] = before
         if proc.poll() is None:
             for sig, wait in ((signal.SIGINT, 60), (signal.SIGKILL, 10)):
                 with contextlib.suppress(ProcessLookupError):

@@ -509,7 +509,19 @@ def test_timed_notebooks_execute_with_nothing_else_running(tmp_path):
     assert span("timed")[0] >= max(span("ok")[1], span("other")[1])  # ISO times compare
 
 
+def test_the_lock_file_is_the_machines_unless_named(tmp_path, monkeypatch):
+    monkeypatch.delenv(build.LOCK_ENV, raising=False)
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "machine"))
+    assert build.machine_lock_path() == tmp_path / "machine" / "execution.lock"
+    monkeypatch.setenv(build.LOCK_ENV, str(tmp_path / "own.lock"))
+    assert build.machine_lock_path() == tmp_path / "own.lock"
+    with build.machine_lock(True, "x"):         # held on the named file, not the machine's
+        assert (tmp_path / "own.lock").read_text().startswith(f"PID {os.getpid()}, timing x")
+        assert not (tmp_path / "machine" / "execution.lock").exists()
+
+
 def test_a_build_waits_for_a_timed_execution_elsewhere_on_the_machine(tmp_path, monkeypatch):
+    monkeypatch.delenv(build.LOCK_ENV, raising=False)   # the test session may name its own
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "machine"))
     root = make_fixture_book(tmp_path / "book", ["ok"])
     with build.machine_lock(True, "notebooks/08-measurement.md"):   # another clone's run

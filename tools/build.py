@@ -580,10 +580,20 @@ def prepare(needs: set[str]) -> None:
         print(f"llama.cpp ready ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+#: Environment variable naming another lock file for :func:`machine_lock`: builds that use
+#: it are ordered among themselves only. The test session sets it for the builds it runs
+#: beside its own whole-book build (tests/conftest.py), so they do not wait for that
+#: build's timed pages.
+LOCK_ENV = "SPECDEC_EXECUTION_LOCK"
+
+
 def machine_lock_path() -> Path:
-    """The lock file that orders executions on this machine: in the per-machine cache
-    (``$SPECDEC_CACHE``, else ``$XDG_CACHE_HOME/specdec-book``, else
-    ``~/.cache/specdec-book``, as ``tools/engine.py``), which every clone shares."""
+    """The lock file that orders executions on this machine: ``$SPECDEC_EXECUTION_LOCK``
+    if set (:data:`LOCK_ENV`), else in the per-machine cache (``$SPECDEC_CACHE``, else
+    ``$XDG_CACHE_HOME/specdec-book``, else ``~/.cache/specdec-book``, as
+    ``tools/engine.py``), which every clone shares."""
+    if os.environ.get(LOCK_ENV):
+        return Path(os.environ[LOCK_ENV])
     base = os.environ.get("SPECDEC_CACHE") or Path(
         os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-book"
     return Path(base) / "execution.lock"
