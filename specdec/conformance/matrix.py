@@ -441,8 +441,9 @@ def _span(values, fmt="{:.2f}") -> str:
 def exact_text(rows: Sequence[MatrixRow], scope: Scope) -> str:
     """The "exact?" cell of one engine: each kind of failure apart, then the passes.
 
-    Passes say "exact to TV X" with X the detectable TV of the passing rows (per token for
-    the rows that test every emitted token): no larger error was seen. A failure names
+    Passes say "exact within TV X" with X the largest detectable TV of the passing rows
+    (per token for the rows that test every emitted token): the weakest of them could
+    have missed an error up to X, and no larger. A failure names
     its kind (:data:`FAILURE_KINDS`), where it occurs (:attr:`Scope.where`; the versions,
     when the engine ran at more than one) and the TV it proved where the row has one. A
     build defect's fixed copy (a row whose setting says "fixed") is reported with it.
@@ -481,8 +482,8 @@ def exact_text(rows: Sequence[MatrixRow], scope: Scope) -> str:
         if kind == "build":
             fixed = [r for r in ran if r.verdict == "PASS" and _fixed(r)]
             if fixed:
-                text += (f"; exact to TV {max(r.detectable_tv for r in fixed):.3f} once one "
-                         f"function is fixed")
+                text += (f"; exact within TV {max(r.detectable_tv for r in fixed):.3f} once "
+                         f"one function is fixed")
         parts.append(text)
     good = [r for r in ran if r.verdict == "PASS" and not _fixed(r)
             and r.detectable_tv is not None]
@@ -498,11 +499,15 @@ def exact_text(rows: Sequence[MatrixRow], scope: Scope) -> str:
 
 
 def _exact_to(rows: Sequence[MatrixRow]) -> str:
-    """'exact to TV x' over passing rows, per token when each tests every emitted token."""
+    """'exact within TV x' over passing rows, x the largest detectable TV (the weakest
+    row's: an error up to x could have passed it), per token when each row tests every
+    emitted token; the best-tested row's value in brackets when it differs."""
     per_token = all("every emitted token tested" in r.interface for r in rows)
     fmt = "{:.3f}" if per_token else "{:.2f}"
-    return ("exact to TV " + _span([r.detectable_tv for r in rows], fmt)
-            + (" per token" if per_token else ""))
+    tvs = [r.detectable_tv for r in rows]
+    worst, best = fmt.format(max(tvs)), fmt.format(min(tvs))
+    return (f"exact within TV {worst}" + (" per token" if per_token else "")
+            + (f" ({best} in its best-tested setting)" if best != worst else ""))
 
 
 def glance(rows: Sequence[MatrixRow], scopes: Sequence[Scope]) -> list[list[str]]:
