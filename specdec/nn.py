@@ -502,11 +502,17 @@ def bits_per_byte(model: Transformer, data: bytes | str, window: int | None = No
 
 
 # ------------------------------------------------------------------------- loading
+def _missing(path: Path) -> str:
+    return (f"{path} not found: the models are package data of specdec, so an installed "
+            f"copy lacking them is broken (pip install it again); in a checkout, "
+            f"`make models` rebuilds them")
+
+
 def load_manifest(models_dir: str | Path | None = None) -> dict:
     """The parsed ``specdec/data/models/manifest.json``."""
     path = Path(models_dir or MODELS_DIR) / "manifest.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `make models`")
+        raise FileNotFoundError(_missing(path))
     return json.loads(path.read_text())
 
 
@@ -523,7 +529,11 @@ def load_model(name: str, models_dir: str | Path | None = None) -> Transformer:
     models_dir = Path(models_dir or MODELS_DIR)
     path = models_dir / f"{name}.npz"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `make models`")
+        known = sorted(p.stem for p in models_dir.glob("*.npz"))
+        if known:
+            raise FileNotFoundError(f"name: no model {name!r} in {models_dir} (it has "
+                                    f"{', '.join(known)})")
+        raise FileNotFoundError(_missing(path))
     return Transformer.load(path, name=name)
 
 
@@ -531,5 +541,5 @@ def load_heldout(models_dir: str | Path | None = None) -> dict[str, dict]:
     """The committed held-out sample: ``{lang: {"text": str, "prompts": [str, ...]}}``."""
     path = Path(models_dir or MODELS_DIR) / "heldout.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `make models`")
+        raise FileNotFoundError(_missing(path))
     return json.loads(path.read_text())["languages"]

@@ -110,6 +110,30 @@ def test_served_law_checks_on_synthetic_draws():
         ex.first_tokens_law_test(np.array([[-1, 0]]), law)
 
 
+def test_two_sample_states_what_a_pass_rules_out():
+    """The two-sample test's detectable TV: it shrinks as the samples grow, and two
+    servers whose laws differ by it (mass moved from two cells to one, an easier direction
+    than the hardest one it is computed for) fail it in at least 90% of 200 runs (the
+    nominal power is 0.99; the simulated rate misses 0.9 with probability below 1e-10)."""
+    rng = np.random.default_rng(7)
+    law = np.array([0.3, 0.25, 0.2, 0.15, 0.1])
+    n = 3000
+    a = rng.choice(5, size=(n, 1), p=law)
+    b = rng.choice(5, size=(n, 1), p=law)
+    same = ex.two_sample(a, b, false_alarm=1e-6)
+    assert same.passed and 0.05 < same.detectable_tv < 0.15 and same.power == 0.99
+    bigger = ex.two_sample(np.concatenate([a, a]), np.concatenate([b, b]), false_alarm=1e-6)
+    assert bigger.detectable_tv < same.detectable_tv
+    d = same.detectable_tv
+    other = law + np.array([d, 0, 0, -d / 2, -d / 2])
+    fails = sum(not ex.two_sample(rng.choice(5, size=(n, 1), p=law),
+                                  rng.choice(5, size=(n, 1), p=other), false_alarm=1e-6).passed
+                for _ in range(200))
+    assert fails >= 180, fails
+    tiny = ex.two_sample(a[:3], b[:3], false_alarm=1e-6)
+    assert np.isnan(tiny.detectable_tv)          # three draws rule nothing out
+
+
 def test_rule_acceptance_is_exact():
     from specbook.served import rule_acceptance
 

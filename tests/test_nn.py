@@ -275,3 +275,12 @@ def test_truncate_lengths_shape(tiny):
     assert cache.lengths.tolist() == [2, 1]
     cache.truncate(0)
     assert cache.lengths.tolist() == [0, 0]
+
+
+def test_load_model_errors_name_the_argument_and_the_way_out(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"name: no model 'nope' in .*\(it has draft, "):
+        nn.load_model("nope")
+    with pytest.raises(FileNotFoundError, match=r"package data of specdec.*make models"):
+        nn.load_model("draft", models_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"manifest.json not found: the models are"):
+        nn.load_manifest(tmp_path)

@@ -669,7 +669,8 @@ def first_tokens_main(argv=None, prog: str = "specdec exactness first-tokens") -
         verdict.append(two.passed)
         print(f"two-sample test against the baseline ({two.cells} cells): "
               f"{'pass' if two.passed else 'FAIL'} (p {two.pvalue:.2e}, false alarm "
-              f"{alpha:.1e}); plug-in TV between the two {two.tv_estimate:.4f}")
+              f"{alpha:.1e}); plug-in TV between the two {two.tv_estimate:.4f}; "
+              f"detectable TV {two.detectable_tv:.4f} at power {two.power:g}")
     result["passed"] = all(verdict)
     args.out.write_text(json.dumps(result, indent=1, allow_nan=True), encoding="utf-8")
     print(f"first-tokens exactness: {'pass' if result['passed'] else 'FAIL'}\n"

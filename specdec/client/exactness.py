@@ -188,12 +188,36 @@ class TwoSample:
     passed: bool
     false_alarm: float
     tv_estimate: float
+    detectable_tv: float = math.nan
+    power: float = 0.99
 
     def to_dict(self) -> dict:
         return dict(self.__dict__, trials=list(self.trials))
 
 
-def two_sample(tokens_a, tokens_b, *, false_alarm: float = 1e-6,
+def _detectable_two(pooled: np.ndarray, n_a: int, n_b: int, false_alarm: float,
+                    power: float) -> float:
+    """The smallest TV between the two servers' laws that the homogeneity test detects
+    with probability ``power``: the one-sample answer (hardest alternative on the cells,
+    asymptotic threshold) at the effective size ``n_a n_b / (n_a + n_b)``, the size
+    that gives the two-sample statistic the same noncentrality (Lachin, J. M., 1977,
+    Sample size determinations for r x c comparative trials, Biometrics 33(2), 315-324)."""
+    n_eff = n_a * n_b / (n_a + n_b)
+    lo, hi = 1e-4, (1.0 - float(pooled.min())) * (1 - 1e-9)   # the largest TV on the cells
+
+    def enough(tv):
+        return stats.trials_to_detect(tv, law=pooled, false_alarm=false_alarm, power=power,
+                                      method="asymptotic") <= n_eff
+
+    if not enough(hi):
+        return math.nan
+    for _ in range(30):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
+
+
+def two_sample(tokens_a, tokens_b, *, false_alarm: float = 1e-6, power: float = 0.99,
                min_expected: float = 5.0) -> TwoSample:
     """Do two servers' first-token draws follow one law? (no exact law needed)
 
@@ -201,7 +225,11 @@ def two_sample(tokens_a, tokens_b, *, false_alarm: float = 1e-6,
     count in the smaller sample is below ``min_expected`` merge into one), then
     :func:`scipy.stats.chi2_contingency` tests homogeneity; ``passed`` when its p-value
     is at least ``false_alarm``. Asymptotic, not finite-sample: keep ``min_expected`` at
-    5 or more. ``tv_estimate`` is the plug-in TV between the two frequency vectors.
+    5 or more. ``tv_estimate`` is the plug-in TV between the two frequency vectors;
+    ``detectable_tv`` the smallest TV between the two laws (on the pooled cells, hardest
+    direction) that fails the test with probability ``power``, from the noncentral
+    chi-square at the effective sample size ``n_a n_b / (n_a + n_b)``: what a pass rules
+    out. NaN when even a TV of 1 is out of reach.
     """
     a, b = np.asarray(tokens_a), np.asarray(tokens_b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
@@ -219,12 +247,15 @@ def two_sample(tokens_a, tokens_b, *, false_alarm: float = 1e-6,
     keep = (ca + cb) > 0
     table = np.stack([ca[keep], cb[keep]])
     if table.shape[1] < 2:
-        return TwoSample((len(a), len(b)), 1, 0.0, 0, 1.0, True, false_alarm, 0.0)
+        return TwoSample((len(a), len(b)), 1, 0.0, 0, 1.0, True, false_alarm, 0.0,
+                         math.nan, power)
     res = sps.chi2_contingency(table, correction=False)
     tv = 0.5 * float(np.abs(table[0] / len(a) - table[1] / len(b)).sum())
+    pooled_law = table.sum(axis=0) / table.sum()
     return TwoSample((len(a), len(b)), int(table.shape[1]), float(res.statistic),
                      int(res.dof), float(res.pvalue), bool(res.pvalue >= false_alarm),
-                     false_alarm, tv)
+                     false_alarm, tv,
+                     _detectable_two(pooled_law, len(a), len(b), false_alarm, power), power)
 
 
 def same_seed_identity(texts_a: Sequence, texts_b: Sequence) -> dict:
