@@ -648,35 +648,15 @@ def test_whole_book_builds_from_scratch_then_rebuilds_incrementally(whole_book):
     assert second.returncode == 0
     assert set(statuses(second).values()) == {"cached", "unchanged"}
 
-    # Another seed, at the default trials, re-executes every chapter in a copy of the built
-    # book (the publishing tests read this one at seed 2026). The timed chapters (chapter 8
-    # and the kit on real implementations, most of CI's time each time they execute) are
-    # left out of the copy: they are executed at the default trials by `make book`, and
-    # chapter 8 at seeds 1-5 by `benchmarks/seeds_chapter8.py` (`make bench`).
-    other = root.parent / "seed7"
-    shutil.copytree(root, other, symlinks=True)
-    timed = [n for n, src in build.chapter_sources(build.Layout(other)) if build.executes_alone(src)]
-    assert timed, "no timed chapter found: the copy would re-execute everything"
-    toc = other / "_toc.yml"
-    toc.write_text("".join(l for l in toc.read_text().splitlines(keepends=True)
-                           if not any(f"book/chapters/{n}" in l for n in timed)))
-    for n in timed:
-        for f in (other / "book" / "chapters").glob(f"{n}.*"):
-            f.unlink()
-    # Without HTML: the other chapters' cross-references to the timed ones would not
-    # resolve in the trimmed book; the pages' seed note is checked above at seed 2026.
-    third = run_build(other, "--seed", "7", "--trials", "200000", "--no-html")
-    assert third.returncode == 0, third.stdout + third.stderr
-    table = statuses(third)
-    kept = [n for n, _ in build.chapter_sources(build.Layout(other))]
-    assert len(kept) == len(pages) - len(timed)
-    assert {n: table.get(n) for n in kept} == {n: "executed" for n in kept}
-    for n in kept:             # the note each chapter's output shows, not the build's record
-        nb = json.loads((other / "book" / "chapters" / f"{n}.ipynb").read_text())
-        shown = "".join("".join(v) if isinstance(v, list) else str(v)
-                        for c in nb["cells"] for o in c.get("outputs", [])
-                        for k, v in o.get("data", {}).items() if k == "text/markdown")
-        assert re.search(r"executed with seed = `7`", shown), f"{n} does not show seed 7"
+    # Another seed re-executes every page: no executed notebook of the built book is
+    # cached under the fingerprint a seed-7 build would look for (the chapters do run at
+    # seed 7, default trials, in chapters_at_other_seeds, beside this build).
+    layout = build.Layout(root)
+    seven = build.shared_digest(layout, build.parse_params(7, 200_000))
+    cached = {p.name for p in (layout.cache / "executed").glob("*.ipynb")}
+    assert len(cached) >= len(pages)
+    for n, src in build.chapter_sources(layout):
+        assert f"{n}-{build.notebook_fingerprint(src, seven)[:20]}.ipynb" not in cached, n
 
 
 @pytest.mark.slow
@@ -685,11 +665,11 @@ def test_chapters_hold_their_assertions_for_other_seeds_and_trials(chapters_at_o
 
     Each one fails a correct implementation with a stated probability (at most 1e-9 per
     assertion, see chapter 4), so a failure here is a bug, not bad luck. The end-to-end
-    test above runs every chapter at seed 2026 and all but the timed ones at 7; this one runs
-    all but the timed chapters (chapter 8 and Appendix C: their assertions do not depend on
-    ``trials``, and they are run at other seeds by ``benchmarks/seeds_chapter8.py``) at
-    three more seeds, from one
-    trial to twice the default (the builds are shared with tests/test_prose.py).
+    test above runs every page at seed 2026; this one runs all but the timed pages
+    (Appendices C and F: their assertions do not depend on ``trials``, and they run at
+    the default trials in ``make book``) at four more seeds, from one trial to twice the
+    default, seed 7 at the default (the builds are shared with tests/test_prose.py). Each
+    page shows the seed it ran with.
     """
     built = chapters_at_other_seeds
     assert len(built.names) >= 9 and not set(built.timed) & set(built.names)
@@ -698,6 +678,10 @@ def test_chapters_hold_their_assertions_for_other_seeds_and_trials(chapters_at_o
     for n in built.names:
         meta = built.notebook(n)["metadata"]
         assert meta["specdec"]["parameters"] == {"seed": built.seed, "trials": built.trials}
+        shown = "".join("".join(v) if isinstance(v, list) else str(v)   # the page's note
+                        for c in built.notebook(n)["cells"] for o in c.get("outputs", [])
+                        for k, v in o.get("data", {}).items() if k == "text/markdown")
+        assert re.search(rf"executed with seed = `{built.seed}`", shown), n
     assert oversized(built.root / "book" / "chapters") == []  # light at every trial count
 
 
