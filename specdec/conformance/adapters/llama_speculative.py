@@ -332,15 +332,19 @@ def parse_prefix(stdout: bytes, prompt: str, n: int) -> list[int]:
 
 
 def run_once(binary, target_gguf, draft_gguf, prompt: str, setting: Setting, *, seed: int,
-             n_predict: int, timeout: float = 120.0, attempts: int = 8) -> Run:
+             n_predict: int, timeout: float = 120.0, attempts: int = 40) -> Run:
     """Run the example once and read its response.
 
     The example's logger is a thread that the process does not wait for at exit
     (``common_log_main`` in common/log.cpp leaks it on purpose), so the end of its output
-    is sometimes lost (more often on a loaded machine): an incomplete output is run again
-    with the same seed, which gives the same tokens (one thread, a seeded generator), up
-    to ``attempts`` times; after that the first ``n_predict`` tokens are read without the
-    count (:func:`parse_prefix`), and the run's counts are None.
+    is sometimes lost, and on a loaded machine often: in a test session that ran Appendix
+    C beside other tests, 8 attempts in a row lost it. An incomplete output is run again
+    with the same seed, which gives the same tokens (one thread, a seeded generator),
+    after a pause that grows with the attempt (0.25 s per attempt, at most 2 s, to let a
+    burst of load pass), up to ``attempts`` times; after that the first ``n_predict``
+    tokens are read without the count (:func:`parse_prefix`), and the run's counts are
+    None. The attempts are recorded (:attr:`Run.attempts`; the matrix row's
+    ``repeated_processes``).
 
     Parameters
     ----------
@@ -394,6 +398,7 @@ def run_once(binary, target_gguf, draft_gguf, prompt: str, setting: Setting, *, 
             break
         except OutputError as err:
             if attempt < attempts:
+                time.sleep(min(2.0, 0.25 * attempt))
                 continue
             try:                                # the counts lost every time: the prefix
                 tokens = parse_prefix(done.stdout, prompt, n_predict)
