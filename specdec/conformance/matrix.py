@@ -442,8 +442,8 @@ def exact_text(rows: Sequence[MatrixRow], scope: Scope) -> str:
     """The "exact?" cell of one engine: each kind of failure apart, then the passes.
 
     Passes say "exact within TV X" with X the largest detectable TV of the passing rows
-    (per token for the rows that test every emitted token): the weakest of them could
-    have missed an error up to X, and no larger. A failure names
+    (per token for the rows that test every emitted token): an error larger than X would
+    have failed the weakest of them with high probability (each row's power). A failure names
     its kind (:data:`FAILURE_KINDS`), where it occurs (:attr:`Scope.where`; the versions,
     when the engine ran at more than one) and the TV it proved where the row has one. A
     build defect's fixed copy (a row whose setting says "fixed") is reported with it.
