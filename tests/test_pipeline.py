@@ -450,7 +450,6 @@ def test_prepare_builds_llama_cpp_only_when_a_page_to_execute_needs_it(monkeypat
                         lambda cmd, **kw: calls.append(cmd) or
                         build.subprocess.CompletedProcess(cmd, 0))
     build.prepare(set())
-    build.prepare({"engines"})
     assert calls == []
     build.prepare({"llama.cpp"})
     assert [c[2:] for c in calls] == [["build"], ["build", "--target", "llama-speculative"]]
@@ -459,6 +458,33 @@ def test_prepare_builds_llama_cpp_only_when_a_page_to_execute_needs_it(monkeypat
                         lambda cmd, **kw: build.subprocess.CompletedProcess(cmd, 1))
     with pytest.raises(build.BuildError, match="nothing was executed"):
         build.prepare({"llama.cpp"})
+
+
+def test_prepare_creates_the_environments_beside_llama_cpp(monkeypatch, capsys):
+    """``engines`` runs tools/py_engines.py --all as a child while llama.cpp builds; its
+    lines are relayed behind 'environments:', and its failure stops the build."""
+    started, order = [], []
+    real_popen = build.subprocess.Popen
+
+    def fake_popen(cmd, **kw):           # stands in for py_engines.py: prints one line
+        started.append(cmd)
+        order.append("environments")
+        return real_popen([sys.executable, "-c", f"print('hf-4.46 ok'); raise SystemExit({status})"],
+                          **kw)
+
+    monkeypatch.setattr(build.subprocess, "Popen", fake_popen)
+    monkeypatch.setattr(build.subprocess, "run",
+                        lambda cmd, **kw: order.append("llama.cpp") or
+                        build.subprocess.CompletedProcess(cmd, 0))
+    status = 0
+    build.prepare({"engines", "llama.cpp"})
+    assert [Path(c[1]).name for c in started] == ["py_engines.py"] and started[0][2:] == ["--all"]
+    assert order[0] == "environments"     # started first, so it runs beside the build
+    out = capsys.readouterr().out
+    assert "  environments: hf-4.46 ok" in out and "engine environments ready" in out
+    status = 3
+    with pytest.raises(build.BuildError, match=r"py_engines.py --all failed with status 3"):
+        build.prepare({"engines"})
 
 
 def test_progress_report_appends_lines_only_inside_a_build(tmp_path, monkeypatch):

@@ -527,8 +527,8 @@ def notebook_metadata(source: Path) -> dict:
 NEEDS = {
     "llama.cpp": "llama.cpp's llama-server and llama-speculative, built once per machine from "
                  "the pinned sources, and the book's models in GGUF (tools/engine.py)",
-    "engines": "the Python engines' and transformers releases' environments (tools/py_engines.py, "
-               "tools/hf_envs.py), created by the notebook itself on first use",
+    "engines": "the Python engines' and transformers releases' environments, one table in "
+               "tools/py_engines.py",
 }
 
 
@@ -565,19 +565,61 @@ def notebook_needs(source: Path) -> list[str]:
     return notebook_spec(source)["needs"]
 
 
+def _relay(stream, prefix: str) -> None:
+    """Copy a child's output lines to ours, each behind ``prefix`` (its lines stay whole
+    when two preparations print at once)."""
+    for line in stream:
+        print(f"{prefix}{line.rstrip()}", flush=True)
+
+
 def prepare(needs: set[str]) -> None:
     """Prepare what the notebooks about to execute need, and only that, saying what and how
-    long it took (the first llama.cpp build takes 5-10 minutes on 2 cores)."""
-    if "llama.cpp" in needs:
-        t0 = time.perf_counter()
-        print(f"preparing llama.cpp for the notebooks that run it ({NEEDS['llama.cpp']}); "
-              f"cached after the first build", flush=True)
-        for extra in ([], ["--target", "llama-speculative"]):
-            done = subprocess.run([sys.executable, str(TOOLS / "engine.py"), "build", *extra])
-            if done.returncode != 0:
-                raise BuildError(f"tools/engine.py build {' '.join(extra)} failed with status "
-                                 f"{done.returncode}: nothing was executed")
-        print(f"llama.cpp ready ({time.perf_counter() - t0:.0f} s)", flush=True)
+    long it took (the first llama.cpp build takes 5-10 minutes on 2 cores).
+
+    The engine environments (``engines``: ``tools/py_engines.py --all``, about 3 minutes
+    into an empty cache, mostly downloading and unpacking) are created beside llama.cpp's
+    build, which mostly compiles, as CI does; each of their lines is shown behind
+    ``environments:``.
+
+    Raises
+    ------
+    BuildError
+        If either preparation fails (nothing is executed then).
+    """
+    import threading
+
+    t0 = time.perf_counter()
+    envs = relay = None
+    if "engines" in needs:
+        print(f"preparing the engine environments beside the rest ({NEEDS['engines']}); "
+              f"cached after the first time", flush=True)
+        envs = subprocess.Popen([sys.executable, str(TOOLS / "py_engines.py"), "--all"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        relay = threading.Thread(target=_relay, args=(envs.stdout, "  environments: "),
+                                 daemon=True)
+        relay.start()
+    try:
+        if "llama.cpp" in needs:
+            print(f"preparing llama.cpp for the notebooks that run it ({NEEDS['llama.cpp']}); "
+                  f"cached after the first build", flush=True)
+            for extra in ([], ["--target", "llama-speculative"]):
+                done = subprocess.run([sys.executable, str(TOOLS / "engine.py"), "build", *extra])
+                if done.returncode != 0:
+                    raise BuildError(f"tools/engine.py build {' '.join(extra)} failed with "
+                                     f"status {done.returncode}: nothing was executed")
+            print(f"llama.cpp ready ({time.perf_counter() - t0:.0f} s)", flush=True)
+    except BaseException:
+        if envs is not None:
+            envs.terminate()
+            envs.wait()
+        raise
+    if envs is not None:
+        status = envs.wait()
+        relay.join()
+        if status != 0:
+            raise BuildError(f"tools/py_engines.py --all failed with status {status} (its "
+                             f"lines above, behind 'environments:'): nothing was executed")
+        print(f"engine environments ready ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 #: Environment variable naming another lock file for :func:`machine_lock`: builds that use
