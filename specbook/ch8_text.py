@@ -536,8 +536,8 @@ def batching_growth(plain_growth: float, spec_growth: float, gamma: int) -> str:
                 f"while the speculative server's passes already carry up to {gamma + 1} "
                 f"positions per request. Batching uses up the memory-bound regime that "
                 f"speculation relies on at batch size one")
-    return (text + ": batching helped the speculative server at least as much, so the "
-            "draft's gain did not shrink with the load")
+    return (text + ": batching helped the speculative server at least as much, so its "
+            "throughput relative to the plain server's did not fall with the load")
 
 
 def cycle_cost_change(small: dict, large: dict, gamma: int) -> str:

@@ -122,6 +122,23 @@ def spoken_list(items) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number, as prose says it: ``"1 thread"``,
+    ``"2 threads"`` (``plural`` for a noun that does not take an ``s``).
+
+    >>> counted(1, "thread"), counted(32, "slot"), counted(2, "process", "processes")
+    ('1 thread', '32 slots', '2 processes')
+
+    Raises
+    ------
+    ValueError
+        ``n`` is not a non-negative integer.
+    """
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"n: must be a non-negative integer (got {n!r})")
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def signed_percent(x: float) -> str:
     """A relative change as a signed whole percentage, with no "-0%" or "+0%": a change
     that rounds to zero reads "0%".
