@@ -877,8 +877,8 @@ def matrix_rows(summary: Mapping, *, rule: str, report: str = "") -> list[Matrix
         rows.append(MatrixRow(
             implementation="ONNX Runtime GenAI", version=summary["version"],
             interface=cd["interface"], setting="-", rule=cd["rule"], verdict="NOT RUN",
-            note=f"{cd['reason']} (evidence: "
-                 + "; ".join(f"{t['what']}: {t['error']}" for t in cd["tried"]) + f"){seen}"))
+            note=f"{cd['reason']} ({len(cd['tried'])} attempts and their errors: "
+                 f"CALLER_DRAFTS in specdec/conformance/adapters/ortgenai.py){seen}"))
     return rows
 
 
