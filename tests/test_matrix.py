@@ -3,6 +3,7 @@ shape, and its job runner on real subprocesses (no engine needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -352,6 +353,13 @@ def test_the_first_table_keeps_the_kinds_of_failure_apart():
         "not exact at 4.44.2 (the assistant drafts greedily, its law taken as sampled): TV at "
         "least 0.35; length bug, not a law bug at 5.0.0 (prompt lookup returns more than "
         "`max_new_tokens`): TV at least 0.10; elsewhere exact within TV 0.15")
+    # one pass tested far more weakly than the rest is named apart, not the engine's bound
+    weak = [_row("transformers", "PASS", "5.18.0", "token step", det=0.04),
+            _row("transformers", "PASS", "5.18.0", "generate, assistant", det=0.15),
+            _row("transformers", "PASS", "5.18.0", "generate, prompt lookup", det=0.58)]
+    assert mx.exact_text(weak, sc["transformers"]) == (
+        "exact within TV 0.15 (0.04 in its best-tested setting); within TV 0.58 only for "
+        "generate, prompt lookup (100 trials)")
     vllm = [_row("vLLM V1 rejection sampler", "FAIL", setting="x; as shipped", tv=0.98, low=0.93,
                  high=1.0, det=0.2),
             _row("vLLM V1 rejection sampler", "PASS", setting="x; one function fixed", tv=0.0,
@@ -359,6 +367,14 @@ def test_the_first_table_keeps_the_kinds_of_failure_apart():
     assert mx.exact_text(vllm, sc["vLLM rejection sampler"]) == (
         "build defect (uninitialised per-token settings on CPU): TV at least 0.93; exact "
         "within TV 0.010 once one function is fixed")
+    # settings that abort under the same defect say so, with the server's status
+    refused = "requests refused, no token tested: HTTP 400: Out of range float values"
+    served = [_row("vLLM OpenAI server", "FAIL", tv=0.6, low=0.5, high=0.7, det=0.05),
+              *(dataclasses.replace(_row(f"vLLM OpenAI server + {d}", "ABORTS"), note=refused)
+                for d in ("n-gram", "draft model"))]
+    assert mx.exact_text(served, sc["vLLM OpenAI server"]) == (
+        "build defect (the CPU shim of the in-process row): TV at least 0.50; 2 of these "
+        "settings abort (HTTP 400, no token tested)")
     medusa = [_row("Medusa typical acceptance", "LOSSY", tv=t, low=t - 0.1, high=1.0)
               for t in (0.94, 0.99)]
     assert mx.exact_text(medusa, sc["Medusa"]) == \
