@@ -373,7 +373,7 @@ def test_the_first_table_keeps_the_kinds_of_failure_apart():
               *(dataclasses.replace(_row(f"vLLM OpenAI server + {d}", "ABORTS"), note=refused)
                 for d in ("n-gram", "draft model"))]
     assert mx.exact_text(served, sc["vLLM OpenAI server"]) == (
-        "build defect (the CPU shim of the in-process row): TV at least 0.50; 2 of these "
+        "build defect (the CPU shim of the in-process row): TV at least 0.50; 2 of these 3 "
         "settings abort (HTTP 400, no token tested)")
     medusa = [_row("Medusa typical acceptance", "LOSSY", tv=t, low=t - 0.1, high=1.0)
               for t in (0.94, 0.99)]

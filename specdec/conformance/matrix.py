@@ -484,8 +484,8 @@ def exact_text(rows: Sequence[MatrixRow], scope: Scope) -> str:
         if aborted and kind != "crash":     # the same defect, but nothing was tested there
             codes = sorted({m.group(0) for r in aborted
                             for m in [re.search(r"HTTP \d{3}", r.note or "")] if m})
-            text += (f"; {len(aborted)} of these setting{'s' if len(these) > 1 else ''} "
-                     f"abort{'s' if len(aborted) == 1 else ''}"
+            text += ((f"; {len(aborted)} of these {len(these)} settings abort"
+                      if len(these) > 1 else "; it aborts")
                      + (f" ({', '.join(codes)}, no token tested)" if codes else
                         " (no token tested)"))
         if kind == "build":
