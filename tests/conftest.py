@@ -39,6 +39,16 @@ REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "tools" / "build.py"
 
 
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child the tests stop with SIGINT: it starts with SIGINT's default
+    action. A shell running the tests as a background job without job control (``cmd &``
+    in a script, ``nohup``) starts them with SIGINT ignored, which every child inherits
+    through exec; a Python child then installs no KeyboardInterrupt handler, and a test
+    that sends it SIGINT waits for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _load_snapshot():
     spec = importlib.util.spec_from_file_location("specdec_snapshot_tool_conftest",
                                                   REPO / "tools" / "snapshot.py")
@@ -114,7 +124,7 @@ def _whole_book_build(request, tmp_path_factory):
     with out.open("w") as fo, err.open("w") as fe:
         proc = subprocess.Popen([sys.executable, str(BUILD), "--root", str(root), "--trials",
                                  str(WHOLE_BOOK_TRIALS)], stdout=fo, stderr=fe, cwd=root,
-                                env=env, start_new_session=True)
+                                env=env, start_new_session=True, preexec_fn=default_sigint)
     # The session's other builds order themselves on a lock of their own: on the
     # machine's, each would wait for this build's timed pages (Appendices C and F, about
     # 20 minutes), with the session stopped behind it.

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import default_sigint
 from specdec import client as cl
 from specdec import decode as dec
 from specdec import nn
@@ -414,6 +415,7 @@ def _gone(pid: int, port: int, within: float = 15.0) -> bool:
 
 def _spawn(argv: list[str], **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    kwargs.setdefault("preexec_fn", default_sigint)     # SIGINT reaches it even if ignored here
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
@@ -690,7 +692,7 @@ def test_an_interrupted_build_leaves_no_server(server_binary, tmp_path, how):
     build = subprocess.Popen([sys.executable, str(REPO / "tools" / "build.py"), "--root",
                               str(root), "--no-html", "--jobs", "1"], cwd=root,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=default_sigint)
     pid = port = 0
     try:
         deadline = time.monotonic() + 180
