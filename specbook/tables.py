@@ -34,7 +34,10 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str,
     widths : sequence of int, optional
         Relative column widths (the directive's ``:widths:``), one positive integer per
         column: the PDF then wraps every column in its share of the line instead of
-        letting long cells squeeze the others.
+        letting long cells squeeze the others. Such a table is also a ``longtable`` in
+        the PDF (``:class: longtable``), so that one taller than a page breaks across
+        pages with its header repeated instead of running past the foot of the page
+        (Appendix C's first table did).
 
     Returns
     -------
@@ -75,7 +78,7 @@ def table_markdown(rows: str | Sequence[str], caption: str, name: str,
                                              and w > 0 for w in widths):
             raise ValueError(f"widths: need {columns} positive integers, one per column "
                              f"(got {list(widths)!r})")
-        head.append(":widths: " + " ".join(str(w) for w in widths))
+        head += [":class: longtable", ":widths: " + " ".join(str(w) for w in widths)]
     return "\n".join([*head, "", *lines, ":::"])
 
 
