@@ -68,8 +68,9 @@ specdec serve --binary LLAMA_SERVER --model TARGET.gguf [--draft-model DRAFT.ggu
 start llama.cpp's llama-server on 127.0.0.1 on a free port (with a draft: speculative
 decoding, --gamma draft tokens) and serve until Ctrl-C or SIGTERM.
 
-Needs: a llama-server binary (its shared libraries beside it) and GGUF files; the book
-builds its own with `python tools/engine.py build` and `python tools/engine.py convert`.
+Needs: a llama-server binary (its shared libraries beside it) and GGUF files: your own
+build of llama.cpp and models, or, in a clone of the book's repository, `make engine`
+(llama-server from the pinned sources and the book's models in GGUF).
 Exit status: 0 stopped by Ctrl-C or SIGTERM (the server stopped by PID), 1 the server
 died or could not start (the tail of its log is printed), 2 usage error.
 """

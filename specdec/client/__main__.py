@@ -83,7 +83,8 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
             "model": {"--top-logprobs", "--post-sampling-probs", "--processed-logprobs"},
             None: set()}[law]                    # the other mode's options, left out
     paragraphs = __doc__.split("\n\n")
-    keep = {"all": paragraphs[1:], "bench": paragraphs[1:3], "exactness": paragraphs[3:]}[mode]
+    # `specdec bench` prints its own summary, needs and exit statuses first (specdec.__main__)
+    keep = {"all": paragraphs[1:], "bench": paragraphs[1:2], "exactness": paragraphs[3:]}[mode]
     description = {
         None: "Test every token a server emits against its law.",
         "reported": "Test every token a server emits against the law it reports (its "
@@ -93,8 +94,9 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
                  "book's models compute.\nNeeds: llama-server serving the book's GGUF models "
                  "(specdec serve) on a URL you give, --target, and --baseline (a plain "
                  "server of the same target) or --tolerance."}[law]
-    p = argparse.ArgumentParser(prog=prog, description=paragraphs[0] if mode != "exactness"
-                                else description,
+    p = argparse.ArgumentParser(prog=prog, description={"all": paragraphs[0].replace("``", ""),
+                                                        "bench": None,
+                                                        "exactness": description}[mode],
                                 epilog=re.sub(r":mod:`([^`]+)`", r"\1",
                                               "\n\n".join(keep).replace("``", "")),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
