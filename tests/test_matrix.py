@@ -353,13 +353,15 @@ def test_the_first_table_keeps_the_kinds_of_failure_apart():
         "not exact at 4.44.2 (the assistant drafts greedily, its law taken as sampled): TV at "
         "least 0.35; length bug, not a law bug at 5.0.0 (prompt lookup returns more than "
         "`max_new_tokens`): TV at least 0.10; elsewhere exact within TV 0.15")
-    # one pass tested far more weakly than the rest is named apart, not the engine's bound
-    weak = [_row("transformers", "PASS", "5.18.0", "token step", det=0.04),
-            _row("transformers", "PASS", "5.18.0", "generate, assistant", det=0.15),
+    # passes resolved very unequally name both ends, so the weakest does not stand alone
+    weak = [_row("transformers", "PASS", "5.18.0", "token step", det=0.15),
+            _row("transformers", "PASS", "5.18.0", "generate, other tokenizer", det=0.56),
             _row("transformers", "PASS", "5.18.0", "generate, prompt lookup", det=0.58)]
     assert mx.exact_text(weak, sc["transformers"]) == (
-        "exact within TV 0.15 (0.04 in its best-tested setting); within TV 0.58 only for "
-        "generate, prompt lookup (100 trials)")
+        "no error seen: within TV 0.15 for token step, only within 0.58 for generate, "
+        "prompt lookup (100 trials)")
+    assert mx.exact_text(weak[1:], sc["transformers"]) == (
+        "exact within TV 0.58 (0.56 in its best-tested setting)")
     vllm = [_row("vLLM V1 rejection sampler", "FAIL", setting="x; as shipped", tv=0.98, low=0.93,
                  high=1.0, det=0.2),
             _row("vLLM V1 rejection sampler", "PASS", setting="x; one function fixed", tv=0.0,
