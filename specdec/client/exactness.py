@@ -195,26 +195,18 @@ class TwoSample:
         return dict(self.__dict__, trials=list(self.trials))
 
 
-def _detectable_two(pooled: np.ndarray, n_a: int, n_b: int, false_alarm: float,
-                    power: float) -> float:
+def _detectable_two(n_a: int, n_b: int, dof: int, false_alarm: float, power: float) -> float:
     """The smallest TV between the two servers' laws that the homogeneity test detects
-    with probability ``power``: the one-sample answer (hardest alternative on the cells,
-    asymptotic threshold) at the effective size ``n_a n_b / (n_a + n_b)``, the size
-    that gives the two-sample statistic the same noncentrality (Lachin, J. M., 1977,
-    Sample size determinations for r x c comparative trials, Biometrics 33(2), 315-324)."""
-    n_eff = n_a * n_b / (n_a + n_b)
-    lo, hi = 1e-4, (1.0 - float(pooled.min())) * (1 - 1e-9)   # the largest TV on the cells
+    with probability ``power`` in any direction: the one-sample Pearson answer
+    (:func:`specdec.stats.gof.detectable_tv`) at the effective size ``n_a n_b / (n_a +
+    n_b)``, which gives the two-sample statistic the same noncentrality (Lachin, J. M.,
+    1977, Sample size determinations for r x c comparative trials, Biometrics 33(2),
+    315-324); NaN when even a TV of 1 is out of reach."""
+    from specdec.stats.gof import detectable_tv
 
-    def enough(tv):
-        return stats.trials_to_detect(tv, law=pooled, false_alarm=false_alarm, power=power,
-                                      method="asymptotic") <= n_eff
-
-    if not enough(hi):
-        return math.nan
-    for _ in range(30):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return hi
+    n_eff = max(1, int(n_a * n_b / (n_a + n_b)))        # rounded down: never optimistic
+    tv = detectable_tv(n_eff, dof, false_alarm, power)
+    return math.nan if tv >= 1.0 else tv
 
 
 def two_sample(tokens_a, tokens_b, *, false_alarm: float = 1e-6, power: float = 0.99,
@@ -226,7 +218,7 @@ def two_sample(tokens_a, tokens_b, *, false_alarm: float = 1e-6, power: float = 
     :func:`scipy.stats.chi2_contingency` tests homogeneity; ``passed`` when its p-value
     is at least ``false_alarm``. Asymptotic, not finite-sample: keep ``min_expected`` at
     5 or more. ``tv_estimate`` is the plug-in TV between the two frequency vectors;
-    ``detectable_tv`` the smallest TV between the two laws (on the pooled cells, hardest
+    ``detectable_tv`` the smallest TV between the two laws (on the test's cells, in any
     direction) that fails the test with probability ``power``, from the noncentral
     chi-square at the effective sample size ``n_a n_b / (n_a + n_b)``: what a pass rules
     out. NaN when even a TV of 1 is out of reach.
@@ -251,11 +243,10 @@ def two_sample(tokens_a, tokens_b, *, false_alarm: float = 1e-6, power: float = 
                          math.nan, power)
     res = sps.chi2_contingency(table, correction=False)
     tv = 0.5 * float(np.abs(table[0] / len(a) - table[1] / len(b)).sum())
-    pooled_law = table.sum(axis=0) / table.sum()
     return TwoSample((len(a), len(b)), int(table.shape[1]), float(res.statistic),
                      int(res.dof), float(res.pvalue), bool(res.pvalue >= false_alarm),
                      false_alarm, tv,
-                     _detectable_two(pooled_law, len(a), len(b), false_alarm, power), power)
+                     _detectable_two(len(a), len(b), int(res.dof), false_alarm, power), power)
 
 
 def same_seed_identity(texts_a: Sequence, texts_b: Sequence) -> dict:
