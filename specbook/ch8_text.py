@@ -13,7 +13,7 @@ import math
 
 from specdec import cost
 
-from specbook.prose import pvalue_text, sci, signed_percent
+from specbook.prose import pvalue_text, sci, signed_percent, spoken_list
 
 __all__ = ["versus_one", "g_per_position", "wide_against_deep", "in_situ_passes",
            "draft_cost", "ttft_change", "itl_bursts", "gain_change", "g_beyond_batch",
@@ -404,10 +404,6 @@ def g_against_lines(curves) -> str:
         Sentences for Fig. 8.3's caption naming every curve and draft length whose
         ``g`` lies above ``gamma + 1`` or below 1, or saying that none does.
     """
-    def listed(items):
-        items = [str(x) for x in items]
-        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
     groups: dict[tuple, list[str]] = {}
     outside = total = 0
     for name, g in curves.items():
@@ -422,12 +418,12 @@ def g_against_lines(curves) -> str:
         return "Every measured g lies between the two grey lines."
     parts = []
     for (side, ks), names in groups.items():
-        who = ("the " + listed(names)) if len(names) == 1 else \
-            "the " + listed([n.removesuffix(" target") for n in names]) + " targets"
+        who = ("the " + spoken_list(names)) if len(names) == 1 else \
+            "the " + spoken_list([n.removesuffix(" target") for n in names]) + " targets"
         verb = "is" if len(names) == 1 else "are"
         line, cost = (("g = γ + 1", "more than γ + 1 single steps") if side == "above"
                       else ("g = 1", "less than one single step"))
-        parts.append(f"{who} {verb} {side} {line} at γ = {listed(ks)} (a pass costs {cost} "
+        parts.append(f"{who} {verb} {side} {line} at γ = {spoken_list(ks)} (a pass costs {cost} "
                      f"of the same target)")
     parts.append("every other measured g lies between the two grey lines" if outside < total
                  else "no measured g lies between the two grey lines")
