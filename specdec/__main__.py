@@ -109,7 +109,9 @@ def _serve(argv: Sequence[str]) -> int:
     ap.add_argument("--draft-model", help="GGUF file of the draft (speculative decoding)")
     ap.add_argument("--gamma", type=int, default=3, help="draft tokens per cycle")
     ap.add_argument("--parallel", type=int, default=1, help="slots (concurrent requests)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="CPU threads for generation and for prompt batches (llama-server's "
+                         "-t and -tb; default 1)")
     args = ap.parse_args(argv)
     import os
 

@@ -969,6 +969,34 @@ def test_each_exactness_mode_lists_its_own_options_and_exit_statuses(capsys):
         f in text for f in ("--requests", "--top-logprobs", "--tolerance", "--exactness"))
 
 
+@pytest.mark.parametrize("command", [["kit"], ["bench"], ["exactness", "reported"],
+                                     ["exactness", "model"], ["exactness", "first-tokens"],
+                                     ["serve"]])
+def test_every_option_of_every_command_says_what_it_does(command, monkeypatch, capsys):
+    """Each option in ``specdec COMMAND --help`` has a help text: the parsers are caught as
+    they parse, and every action but --help is read (a bare flag in the listing told a user
+    nothing, e.g. ``--kind {token,block,batch}``)."""
+    import argparse
+
+    from specdec.__main__ import main as specdec_main
+
+    parsers = []
+    parse = argparse.ArgumentParser.parse_known_args
+
+    def catching(self, *args, **kwargs):
+        parsers.append(self)
+        return parse(self, *args, **kwargs)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catching)
+    assert specdec_main([*command, "--help"]) == 0
+    capsys.readouterr()
+    assert parsers, command
+    bare = [action.option_strings[0] for parser in parsers for action in parser._actions
+            if action.option_strings and action.help in (None, "")
+            and not isinstance(action, argparse._HelpAction)]
+    assert bare == [], f"specdec {' '.join(command)}: options without help: {bare}"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--binary", "/bin/true", "--model", __file__, "--gamma", "0"], "--gamma: must be"),
     (["--binary", "/no/llama-server", "--model", __file__], "--binary: no executable file"),

@@ -110,14 +110,16 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
                      "numerical disagreement between numpy and the engine is measured"}[mode]
     if "--baseline" not in only:
         p.add_argument("--baseline", help=baseline_help)
-    p.add_argument("--api", choices=("completions", "chat"), default="completions")
+    p.add_argument("--api", choices=("completions", "chat"), default="completions",
+                   help="OpenAI route: /v1/completions (default) or /v1/chat/completions")
     p.add_argument("--model", help="model name sent with every request (vLLM, SGLang)")
     p.add_argument("--prompts", type=Path, help='JSON file {"language": ["prompt", ...]}')
     p.add_argument("--languages", help="comma-separated subset of the prompt languages")
     p.add_argument("--prompts-per-language", type=int, default=None,
                    help="prompts used per language (default: every prompt of a --prompts "
                         "file; 4 of the book's held-out prompts)")
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=64,
+                   help="tokens generated per request (default 64)")
     p.add_argument("--temperature", type=float, default=None,
                    help={"all": "sampling temperature (default: 0, greedy, for timing; 1 with "
                                 "--exactness, which needs a sampled law)",
@@ -134,9 +136,13 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
         p.add_argument("--tpot-max", type=float, help="goodput limit on TPOT, seconds")
         p.add_argument("--repeats", type=int, default=None,
                        help="paired protocol: repeats (default 3)")
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--out", type=Path, default=Path("specdec-client-results.json"))
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait to connect or for the next bytes of a response "
+                        "(default 60)")
+    p.add_argument("--out", type=Path, default=Path("specdec-client-results.json"),
+                   help="JSON results file (default specdec-client-results.json)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on standard error")
     p.add_argument("--sampling-fields", choices=("all", "temperature"), default="all",
                    help="all: send every truncation off (llama.cpp, whose defaults truncate); "
                         "temperature: send the temperature alone (vLLM, SGLang: their "
@@ -552,9 +558,13 @@ def first_tokens_parser(prog: str = "specdec exactness first-tokens") -> argpars
                    help="probability that an exact server fails (default 1e-6)")
     p.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
                    help="one more request field (VALUE read as JSON, else a string)")
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--out", type=Path, default=Path("specdec-first-tokens.json"))
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait to connect or for the next bytes of a response "
+                        "(default 60)")
+    p.add_argument("--out", type=Path, default=Path("specdec-first-tokens.json"),
+                   help="JSON file of the draws and seeds (default specdec-first-tokens.json)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on standard error")
     return p
 
 

@@ -36,10 +36,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m specdec.confo
         description="Test a speculative sampler against the exact target law "
                     "(standard battery, family-wise false-alarm control).")
     ap.add_argument("sampler", nargs="?", help="package.module:function")
-    ap.add_argument("--kind", choices=(TOKEN, BLOCK, BATCH))
+    ap.add_argument("--kind", choices=(TOKEN, BLOCK, BATCH),
+                    help="token: one step f(p, q, rng); block: a whole gamma-token cycle; "
+                         "batch: cycles of several sequences at once (default: read from "
+                         "the signature)")
     ap.add_argument("--vectorised", action="store_true", default=None,
                     help="token sampler takes a trailing n and returns n draws")
-    ap.add_argument("--inputs", choices=(LAWS, LOGITS))
+    ap.add_argument("--inputs", choices=(LAWS, LOGITS),
+                    help="laws: p and q as probabilities; logits: raw logits with a "
+                         "temperature keyword (default: read from the signature)")
     ap.add_argument("--proposals", choices=(AUTO, FROM_Q, OWN), default=None,
                     help="where the sampler's proposals come from (default: detected)")
     ap.add_argument("--accepted-eos", choices=(AUTO, COUNTED, NOT_COUNTED), default=None,
@@ -53,7 +58,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m specdec.confo
                          "the toy models")
     ap.add_argument("--measure", action="store_true",
                     help="measure the loss (TV and KL with intervals) instead of testing")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the numpy Generator handed to the sampler (default 0)")
     ap.add_argument("--trials", type=int, default=None, help="trials per case (no pilot)")
     ap.add_argument("--resolution", type=float, default=None,
                     help="detectable TV wanted on every case (default 0.001 vectorised, "
@@ -61,8 +67,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m specdec.confo
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds for the whole battery: the best resolution it allows")
     ap.add_argument("--plan", action="store_true", help="print the plan (after a pilot) and stop")
-    ap.add_argument("--false-alarm", type=float, default=1e-3)
-    ap.add_argument("--power", type=float, default=0.9)
+    ap.add_argument("--false-alarm", type=float, default=1e-3,
+                    help="probability that an exact sampler fails the whole battery "
+                         "(default 1e-3)")
+    ap.add_argument("--power", type=float, default=0.9,
+                    help="probability of catching an error as large as the detectable TV "
+                         "(default 0.9)")
     ap.add_argument("--cases", default=None, help="comma-separated case names")
     ap.add_argument("--list-cases", action="store_true", help="print the standard cases and exit")
     ap.add_argument("--timings", action="store_true", help="add wall times to the report")
