@@ -55,12 +55,18 @@ reported and model test every emitted token (randomised PIT, Holm).
 
 Needs: a running server on a URL you give. Prints the verdict, the p-values, the tokens
 tested and the detectable per-token TV at power 0.9.
-Exit status: 0 pass, 1 fail, 2 usage error (nothing sent), 3 a request failed or Ctrl-C
-stopped the run (no verdict), 4 nothing could be tested (no usable log-probabilities, a
-baseline whose laws are not the model's, or too few tokens): no verdict.
-`specdec exactness MODE --help` lists the options of each mode. llama.cpp's
-speculative server reports no probabilities for the tokens its draft path emits, so
-`reported` cannot test it; `model` can, for the book's own models only.
+Exit status: 0 pass, 1 fail, 2 usage error (nothing sent), 3 a request failed (the
+server's message is printed, e.g. HTTP 400) or Ctrl-C stopped the run (no verdict), 4
+nothing could be tested (no usable log-probabilities, a baseline whose laws are not the
+model's, or too few tokens): no verdict.
+`specdec exactness MODE --help` lists the options of each mode.
+
+On vLLM or SGLang: reported, with --model NAME, --sampling-fields temperature (send no
+llama.cpp field) and, for models that stop early, --field ignore_eos=true.
+On llama.cpp's server with the book's models: model, with --baseline a plain server of
+the same target. Its speculative path reports no probabilities for the tokens its draft
+emits, and a byte-level model's tokens that end inside a UTF-8 character are not
+reported, so reported refuses both (exit 4).
 """
 
 SERVE = """\
@@ -71,6 +77,9 @@ decoding, --gamma draft tokens) and serve until Ctrl-C or SIGTERM.
 Needs: a llama-server binary (its shared libraries beside it) and GGUF files: your own
 build of llama.cpp and models, or, in a clone of the book's repository, `make engine`
 (llama-server from the pinned sources and the book's models in GGUF).
+Prints the server's URL and PID. Each slot (--parallel) holds 128 positions, the book's
+models' context; the server's log is written under the temporary directory, in
+specdec-llama-server/.
 Exit status: 0 stopped by Ctrl-C or SIGTERM (the server stopped by PID), 1 the server
 died or could not start (the tail of its log is printed), 2 usage error.
 """
@@ -103,18 +112,25 @@ def _serve(argv: Sequence[str]) -> int:
 
     from specdec.client import llama
 
-    ap = argparse.ArgumentParser(prog="specdec serve", description=SERVE.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="specdec serve")   # main() printed SERVE before --help
     ap.add_argument("--binary", required=True, help="the llama-server executable")
     ap.add_argument("--model", required=True, help="GGUF file of the target")
     ap.add_argument("--draft-model", help="GGUF file of the draft (speculative decoding)")
-    ap.add_argument("--gamma", type=int, default=3, help="draft tokens per cycle")
-    ap.add_argument("--parallel", type=int, default=1, help="slots (concurrent requests)")
+    ap.add_argument("--gamma", type=int, default=None,
+                    help="draft tokens per cycle, with --draft-model (default 3)")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="slots, i.e. concurrent requests, of 128 positions each (default 1)")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads for generation and for prompt batches (llama-server's "
                          "-t and -tb; default 1)")
     args = ap.parse_args(argv)
     import os
 
+    if args.gamma is not None and args.draft_model is None:
+        print("error: --gamma: only with --draft-model (a server without a draft drafts "
+              "nothing)", file=sys.stderr)
+        return 2
+    args.gamma = 3 if args.gamma is None else args.gamma
     problems = [f"{flag}: must be an integer >= 1 (got {value})"
                 for flag, value in (("--gamma", args.gamma), ("--parallel", args.parallel),
                                     ("--threads", args.threads)) if value < 1]

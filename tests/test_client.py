@@ -998,7 +998,10 @@ def test_every_option_of_every_command_says_what_it_does(command, monkeypatch, c
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--binary", "/bin/true", "--model", __file__, "--gamma", "0"], "--gamma: must be"),
+    (["--binary", "/bin/true", "--model", __file__, "--draft-model", __file__, "--gamma",
+      "0"], "--gamma: must be"),
+    (["--binary", "/bin/true", "--model", __file__, "--gamma", "2"],
+     "--gamma: only with --draft-model"),
     (["--binary", "/no/llama-server", "--model", __file__], "--binary: no executable file"),
     (["--binary", "/bin/true", "--model", "/no/target.gguf"], "--model: no file"),
     (["--binary", "/bin/true", "--model", __file__, "--draft-model", "/no/d.gguf"],

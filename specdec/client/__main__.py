@@ -89,16 +89,20 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
         None: "Test every token a server emits against its law.",
         "reported": "Test every token a server emits against the law it reports (its "
                     "log-probabilities).\nNeeds: a running OpenAI-compatible server that "
-                    "returns log-probabilities, on a URL you give.",
+                    "returns log-probabilities, on a URL you give. On vLLM or SGLang add "
+                    "--model NAME and --sampling-fields temperature, and --field "
+                    "ignore_eos=true for a model that stops early.",
         "model": "Test every token the book's own llama-server emits against the law the "
                  "book's models compute.\nNeeds: llama-server serving the book's GGUF models "
                  "(specdec serve) on a URL you give, --target, and --baseline (a plain "
                  "server of the same target) or --tolerance."}[law]
+    epilog = re.sub(r":mod:`([^`]+)`", r"\1", "\n\n".join(keep).replace("``", ""))
+    if mode == "exactness":                 # `specdec exactness` has no --exactness option
+        epilog = epilog.replace(", or --exactness here", "")
     p = argparse.ArgumentParser(prog=prog, description={"all": paragraphs[0].replace("``", ""),
                                                         "bench": None,
                                                         "exactness": description}[mode],
-                                epilog=re.sub(r":mod:`([^`]+)`", r"\1",
-                                              "\n\n".join(keep).replace("``", "")),
+                                epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8080")
     baseline_help = {
@@ -114,7 +118,8 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
                    help="OpenAI route: /v1/completions (default) or /v1/chat/completions")
     p.add_argument("--model", help="model name sent with every request (vLLM, SGLang)")
     p.add_argument("--prompts", type=Path, help='JSON file {"language": ["prompt", ...]}')
-    p.add_argument("--languages", help="comma-separated subset of the prompt languages")
+    p.add_argument("--languages",
+                   help="comma-separated subset of the prompt languages (default: all)")
     p.add_argument("--prompts-per-language", type=int, default=None,
                    help="prompts used per language (default: every prompt of a --prompts "
                         "file; 4 of the book's held-out prompts)")
@@ -125,13 +130,14 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
                                 "--exactness, which needs a sampled law)",
                          "bench": "sampling temperature (default 0, greedy)",
                          "exactness": "sampling temperature (default 1; > 0)"}[mode])
-    p.add_argument("--seed", type=int, default=0, help="request k gets seed SEED + k")
+    p.add_argument("--seed", type=int, default=0,
+                   help="request k gets seed SEED + k (default 0)")
     if mode != "exactness":
         p.add_argument("--concurrency", default=None,
                        help="closed loop: comma-separated levels (default 1)")
         p.add_argument("--rate", help="open loop: comma-separated request rates (requests/s)")
         p.add_argument("--burstiness", type=float, default=1.0,
-                       help="gamma shape of the gaps between arrivals (1: Poisson)")
+                       help="gamma shape of the gaps between arrivals (default 1: Poisson)")
         p.add_argument("--ttft-max", type=float, help="goodput limit on TTFT, seconds")
         p.add_argument("--tpot-max", type=float, help="goodput limit on TPOT, seconds")
         p.add_argument("--repeats", type=int, default=None,
@@ -174,9 +180,11 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
         help="reported: the server already reports the law after temperature "
              "and truncation (vLLM started with --logprobs-mode "
              "processed_logprobs), so any --temperature can be tested")
-    add("--target", help="model: the book's target model (e.g. target)")
+    add("--target", required=law == "model",
+        help="model: the book's target model (e.g. target)")
     add("--draft", help="model: the book's draft model (adds the draft/target ordering)")
-    add("--top-k", type=int, help="model: the law's top-k (sent to the server)")
+    add("--top-k", type=int,
+        help="model: the law's top-k, sent to the server (default: none, the full law)")
     p.set_defaults(baseline=None, target=None, draft=None, top_k=None, top_logprobs=20,
                    post_sampling_probs=False, processed_logprobs=False)
     g.add_argument("--false-alarm", type=float, default=1e-6,
@@ -384,7 +392,7 @@ def _exactness(args, argv) -> int:
         for flag in BENCH_ONLY:
             if flag != "--burstiness" and getattr(args, flag[2:].replace("-", "_"),
                                                   None) is not None:
-                raise ValueError(f"{flag}: not used with --exactness")
+                raise ValueError(f"{flag}: a load option, not used by the exactness check")
         if args.exactness == "reported":
             for flag in ("--target", "--draft", "--top-k"):
                 if getattr(args, flag[2:].replace("-", "_")) is not None:
@@ -403,7 +411,7 @@ def _exactness(args, argv) -> int:
             models = (None, None)
         else:
             if args.target is None:
-                raise ValueError("--target: --exactness model needs the book's target "
+                raise ValueError("--target: the model mode needs the book's target "
                                  "model (e.g. --target target)")
             for flag in ("--post-sampling-probs", "--processed-logprobs"):
                 if getattr(args, flag[2:].replace("-", "_")):
@@ -421,7 +429,7 @@ def _exactness(args, argv) -> int:
         settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k)
         extra = _fields(args.field)
         if args.exactness == "model" and args.sampling_fields != "all":
-            raise ValueError("--sampling-fields temperature: --exactness model talks to "
+            raise ValueError("--sampling-fields temperature: the model mode talks to "
                              "llama.cpp, whose defaults truncate; leave it at 'all'")
         prompts = [p for ps in _prompts(args).values() for p in ps]
         if not args.out.parent.is_dir() or args.out.is_dir():
@@ -553,7 +561,7 @@ def first_tokens_parser(prog: str = "specdec exactness first-tokens") -> argpars
     p.add_argument("--stop-token", type=int, default=255,
                    help="token id that ends a request, padding the tokens it did not emit "
                         "(default 255, the end of text of the book's GGUF files)")
-    p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
     p.add_argument("--false-alarm", type=float, default=1e-6,
                    help="probability that an exact server fails (default 1e-6)")
     p.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",

@@ -267,7 +267,7 @@ def reported_responses(endpoint: Endpoint, prompts: Sequence[str], requests: int
             raise NoLogprobs(f"{where}: {empty} of {len(positions)} positions have no "
                              f"reported top tokens (llama.cpp reports none for tokens "
                              f"emitted by its speculative path); compute the laws from "
-                             f"the weights (--exactness model, laws='model') or use a "
+                             f"the weights (specdec exactness model, laws='model') or use a "
                              f"server that reports every position")
         stopped = choices[0].get("finish_reason") not in ("length", None) or \
             len(positions) < max_tokens

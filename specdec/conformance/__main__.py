@@ -48,7 +48,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m specdec.confo
     ap.add_argument("--proposals", choices=(AUTO, FROM_Q, OWN), default=None,
                     help="where the sampler's proposals come from (default: detected)")
     ap.add_argument("--accepted-eos", choices=(AUTO, COUNTED, NOT_COUNTED), default=None,
-                    help="whether an accepted end-of-sequence is reported as accepted")
+                    help="whether an accepted end-of-sequence is reported as accepted (default: "
+                         "detected)")
     ap.add_argument("--rule", default=None, metavar="NAME",
                     help="block samplers: the verification rule the sampler implements, whose "
                          "accepted-count law its counts must follow (a name of specdec.rules: "
@@ -60,12 +61,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m specdec.confo
                     help="measure the loss (TV and KL with intervals) instead of testing")
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of the numpy Generator handed to the sampler (default 0)")
-    ap.add_argument("--trials", type=int, default=None, help="trials per case (no pilot)")
+    ap.add_argument("--trials", type=int, default=None, help="trials per case (no pilot; default: planned from a pilot "
+                         "to reach --resolution)")
     ap.add_argument("--resolution", type=float, default=None,
                     help="detectable TV wanted on every case (default 0.001 vectorised, "
                          "0.01 per step)")
     ap.add_argument("--budget", type=float, default=None,
-                    help="seconds for the whole battery: the best resolution it allows")
+                    help="seconds for the whole battery: the best resolution it allows "
+                         "(default: none, --resolution decides)")
     ap.add_argument("--plan", action="store_true", help="print the plan (after a pilot) and stop")
     ap.add_argument("--false-alarm", type=float, default=1e-3,
                     help="probability that an exact sampler fails the whole battery "
