@@ -997,6 +997,52 @@ def test_every_option_of_every_command_says_what_it_does(command, monkeypatch, c
     assert bare == [], f"specdec {' '.join(command)}: options without help: {bare}"
 
 
+def _printed_commands() -> list[tuple[str, list[str]]]:
+    """Every ``specdec ...`` command line printed in a fenced block of the README, the
+    book's pages or the chapters' sources: (where, its words), continuation lines joined
+    and comments dropped."""
+    import shlex
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    found = []
+    for path in [repo / "README.md", *sorted((repo / "notebooks").glob("*.md")),
+                 *sorted((repo / "book").glob("*.md"))]:
+        for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", path.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                if len(words) > 1 and words[0] == "specdec" and words[1] != "--help":
+                    found.append((f"{path.name}: {line.strip()[:60]}", words[1:]))
+    return found
+
+
+@pytest.mark.parametrize("where, words", _printed_commands(), ids=lambda x: str(x)[:50])
+def test_every_printed_command_uses_options_its_command_has(where, words, monkeypatch,
+                                                            capsys):
+    """A reader copies the commands of chapter 8, Appendix F and the README: each names a
+    command that exists, and every --option in it is one that command takes (a renamed
+    flag would otherwise survive in the prose)."""
+    import argparse
+
+    from specdec.__main__ import main as specdec_main
+
+    command = words[:2] if words[0] == "exactness" else words[:1]
+    parsers = []
+    parse = argparse.ArgumentParser.parse_known_args
+
+    def catching(self, *args, **kwargs):
+        parsers.append(self)
+        return parse(self, *args, **kwargs)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catching)
+    assert specdec_main([*command, "--help"]) == 0, where
+    capsys.readouterr()
+    known = {s for parser in parsers for s in parser._option_string_actions}
+    unknown = [w.split("=")[0] for w in words if w.startswith("--")
+               and w.split("=")[0] not in known]
+    assert unknown == [], f"{where}: not options of specdec {' '.join(command)}: {unknown}"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--binary", "/bin/true", "--model", __file__, "--draft-model", __file__, "--gamma",
       "0"], "--gamma: must be"),
