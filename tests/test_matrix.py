@@ -57,6 +57,16 @@ def test_battery_row_takes_the_worst_case_and_the_largest_detectable_tv():
         mx.MatrixRow("x", "1", "f", "s", "r", "OK")
 
 
+def test_a_failing_row_names_the_cause_of_its_worst_case():
+    """The note is the worst case's cause, so that its numbers are the row's TV (Table C.3
+    read "0.776" in its TV column beside a note quoting another case's 0.533)."""
+    b = _battery(False, [_case("mild", 100, 0.50, 0.35, 0.71, 0.08, passed=False),
+                         _case("worst", 300, 0.77, 0.59, 0.96, 0.05, passed=False)])
+    row = mx.battery_row(b, implementation="x", version="1", interface="f", setting="s",
+                         rule="r")
+    assert row.tv == 0.77 and row.note == "Exactness: worst fails"
+
+
 def test_rows_of_every_summary_shape():
     shipped = _battery(False, [_case("batch_temperatures", 2000, 0.98, 0.93, 1.0, 0.08, False)])
     fixed = _battery(True, [_case("batch_temperatures", 20000, 0.004, 0.0, 0.02, 0.03)])

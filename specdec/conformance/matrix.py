@@ -158,9 +158,12 @@ def battery_row(battery: Mapping, **fields) -> MatrixRow:
     for k, c in enumerate(cases):
         if any(x is not None and x != x for x in c):
             raise ValueError(f"battery['cases'][{k}]: a TV or its interval is NaN")
-    known = [c for c in cases if c[0] is not None]
-    worst = max(known, key=lambda c: (c[1] or 0.0, c[0])) if known else (None,) * 4
-    causes = [x for c in battery["cases"] for x in c.get("causes", ())]
+    known = [k for k, c in enumerate(cases) if c[0] is not None]
+    at = max(known, key=lambda k: (cases[k][1] or 0.0, cases[k][0])) if known else None
+    worst = cases[at] if at is not None else (None,) * 4
+    # the worst case's own causes first, so that the note's numbers are the row's TV
+    order = ([battery["cases"][at]] if at is not None else []) + list(battery["cases"])
+    causes = [x for c in order for x in c.get("causes", ())]
     dets = [c[3] for c in cases if c[3] is not None]
     note = fields.pop("note", "")
     if not battery["passed"] and causes and not note:
