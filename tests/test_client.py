@@ -969,13 +969,8 @@ def test_each_exactness_mode_lists_its_own_options_and_exit_statuses(capsys):
         f in text for f in ("--requests", "--top-logprobs", "--tolerance", "--exactness"))
 
 
-@pytest.mark.parametrize("command", [["kit"], ["bench"], ["exactness", "reported"],
-                                     ["exactness", "model"], ["exactness", "first-tokens"],
-                                     ["serve"]])
-def test_every_option_of_every_command_says_what_it_does(command, monkeypatch, capsys):
-    """Each option in ``specdec COMMAND --help`` has a help text: the parsers are caught as
-    they parse, and every action but --help is read (a bare flag in the listing told a user
-    nothing, e.g. ``--kind {token,block,batch}``)."""
+def _parsers_of(command: list[str], monkeypatch, capsys) -> list:
+    """The argparse parsers ``specdec COMMAND --help`` builds, caught as they parse."""
     import argparse
 
     from specdec.__main__ import main as specdec_main
@@ -988,9 +983,22 @@ def test_every_option_of_every_command_says_what_it_does(command, monkeypatch, c
         return parse(self, *args, **kwargs)
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catching)
-    assert specdec_main([*command, "--help"]) == 0
+    assert specdec_main([*command, "--help"]) == 0, command
     capsys.readouterr()
     assert parsers, command
+    return parsers
+
+
+@pytest.mark.parametrize("command", [["kit"], ["bench"], ["exactness", "reported"],
+                                     ["exactness", "model"], ["exactness", "first-tokens"],
+                                     ["serve"]])
+def test_every_option_of_every_command_says_what_it_does(command, monkeypatch, capsys):
+    """Each option in ``specdec COMMAND --help`` has a help text: the parsers are caught as
+    they parse, and every action but --help is read (a bare flag in the listing told a user
+    nothing, e.g. ``--kind {token,block,batch}``)."""
+    import argparse
+
+    parsers = _parsers_of(command, monkeypatch, capsys)
     bare = [action.option_strings[0] for parser in parsers for action in parser._actions
             if action.option_strings and action.help in (None, "")
             and not isinstance(action, argparse._HelpAction)]
@@ -1022,21 +1030,8 @@ def test_every_printed_command_uses_options_its_command_has(where, words, monkey
     """A reader copies the commands of chapter 8, Appendix F and the README: each names a
     command that exists, and every --option in it is one that command takes (a renamed
     flag would otherwise survive in the prose)."""
-    import argparse
-
-    from specdec.__main__ import main as specdec_main
-
     command = words[:2] if words[0] == "exactness" else words[:1]
-    parsers = []
-    parse = argparse.ArgumentParser.parse_known_args
-
-    def catching(self, *args, **kwargs):
-        parsers.append(self)
-        return parse(self, *args, **kwargs)
-
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catching)
-    assert specdec_main([*command, "--help"]) == 0, where
-    capsys.readouterr()
+    parsers = _parsers_of(command, monkeypatch, capsys)
     known = {s for parser in parsers for s in parser._option_string_actions}
     unknown = [w.split("=")[0] for w in words if w.startswith("--")
                and w.split("=")[0] not in known]

@@ -66,6 +66,16 @@ def _numbers(text: str, kind, name: str) -> list:
     return values
 
 
+def _run_options(p: argparse.ArgumentParser, out: str, what: str) -> None:
+    """--timeout, --out and --no-progress, shared by every server command."""
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait to connect or for the next bytes of a response "
+                        "(default 60)")
+    p.add_argument("--out", type=Path, default=Path(out), help=f"{what} (default {out})")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on standard error")
+
+
 #: Options of the load runs only (``specdec bench``), refused by the exactness checks.
 BENCH_ONLY = ("--concurrency", "--rate", "--burstiness", "--ttft-max", "--tpot-max", "--repeats")
 
@@ -142,13 +152,7 @@ def parser(prog: str = "python -m specdec.client", mode: str = "all",
         p.add_argument("--tpot-max", type=float, help="goodput limit on TPOT, seconds")
         p.add_argument("--repeats", type=int, default=None,
                        help="paired protocol: repeats (default 3)")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds to wait to connect or for the next bytes of a response "
-                        "(default 60)")
-    p.add_argument("--out", type=Path, default=Path("specdec-client-results.json"),
-                   help="JSON results file (default specdec-client-results.json)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar on standard error")
+    _run_options(p, "specdec-client-results.json", "JSON results file")
     p.add_argument("--sampling-fields", choices=("all", "temperature"), default="all",
                    help="all: send every truncation off (llama.cpp, whose defaults truncate); "
                         "temperature: send the temperature alone (vLLM, SGLang: their "
@@ -566,13 +570,7 @@ def first_tokens_parser(prog: str = "specdec exactness first-tokens") -> argpars
                    help="probability that an exact server fails (default 1e-6)")
     p.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
                    help="one more request field (VALUE read as JSON, else a string)")
-    p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds to wait to connect or for the next bytes of a response "
-                        "(default 60)")
-    p.add_argument("--out", type=Path, default=Path("specdec-first-tokens.json"),
-                   help="JSON file of the draws and seeds (default specdec-first-tokens.json)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar on standard error")
+    _run_options(p, "specdec-first-tokens.json", "JSON file of the draws and seeds")
     return p
 
 
